@@ -1,0 +1,302 @@
+"""Conditioned embedded tokens: the correction that bounds kappa of a token matrix.
+
+Pure PyTorch, no OpenMMLab imports. Reference: H. Saratchandran and S. Lucey, "Enhancing Transformers
+Through Conditioned Embedded Tokens", ICCV 2025 (arXiv 2505.12789).
+
+For one image, X is the N x d matrix of embedded tokens, with thin SVD X = U S V^T, singular values
+s_1 >= ... >= s_r >= 0 (r = min(N, d)) and condition number kappa(X) = s_1 / s_r. A correction C moves
+every singular value up while keeping the singular vectors:
+
+    X + C = U (S + D) V^T,   C = U D V^T,   D = alpha * diag(g(s_i))
+
+``mode='sigma_max'`` (the paper's construction):  g(s_i) = s_1 / (t - 1)
+    With t = target_kappa = 2 this is C = s_1 U V^T and the singular values land in [s_1, 2 s_1].
+``mode='floor'``:  g(s_i) = max(s_1 / t - s_i, 0)
+    Lifts only the singular values below s_1 / t to s_1 / t and leaves the rest of X untouched.
+
+Both give kappa(X + C) <= t for alpha = 1; alpha scales C (alpha = 0 is the identity).
+
+Rank-deficient X is the common case (a LayerNorm'd patch embedding has X 1 = 0), and then the guarantee
+needs U and V *completed* over the null directions: a zero singular value must be lifted along some unit
+vector of the orthogonal complement of range(X), which X V S^-1 cannot provide. The thin SVD gives that
+completion; the Gram path below constructs it explicitly.
+
+Gram path (default, N >> d at detection resolutions): with G = X^T X = V S^2 V^T (one d x d eigh in float64,
+since forming G squares kappa), the non-null directions need no explicit U:
+
+    X + C = X V (I + D S^-1) V^T   on the directions with s_i > tol * s_1,
+    plus  U_0 D_0 V_0^T             on the null directions V_0 (s_i <= tol * s_1),
+
+where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained by projecting fixed cosine
+(DCT-II) vectors out of range(X). Cost: about 3 N d^2 multiply-adds per image (Gram, X V, back-rotation).
+When N < d the same is done on X^T (the N x N Gram matrix). ``method='svd'`` computes the same correction
+from ``torch.linalg.svd`` and serves as the reference.
+"""
+import math
+from typing import Optional
+
+import torch
+
+__all__ = ['condition_tokens', 'condition_number', 'token_correction', 'CONDITIONING_MODES',
+           'CONDITIONING_METHODS']
+
+CONDITIONING_MODES = ('sigma_max', 'floor')
+CONDITIONING_METHODS = ('gram', 'svd')
+
+# Singular values below RANK_RTOL * s_1 are treated as null directions on the Gram path. The eigenvalues
+# of a float64 Gram matrix carry an absolute error of about eps * N * s_1^2, so singular values below
+# ~1e-6 s_1 cannot be resolved from it; those directions are completed exactly instead. Leaving a true
+# singular value s <= RANK_RTOL * s_1 in place moves the corrected spectrum by at most s (Weyl), so
+# kappa(X + C) stays within (1 + RANK_RTOL) of the bound.
+RANK_RTOL = 1e-5
+# Extra candidate vectors for the null-space completion, so that a few candidates that happen to lie
+# (almost) in range(X) still leave k good ones.
+_COMPLETION_OVERSAMPLING = 4
+
+
+def _check_arguments(mode: str, alpha: float, target_kappa: float, method: str) -> None:
+    if mode not in CONDITIONING_MODES:
+        raise ValueError(f'conditioning mode must be one of {CONDITIONING_MODES}, got {mode!r}')
+    if method not in CONDITIONING_METHODS:
+        raise ValueError(f'conditioning method must be one of {CONDITIONING_METHODS}, got {method!r}')
+    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f'conditioning alpha must be a finite number >= 0, got {alpha!r}')
+    if not (isinstance(target_kappa, (int, float)) and math.isfinite(target_kappa)
+            and target_kappa > 1):
+        raise ValueError(f'target_kappa must be a finite number > 1, got {target_kappa!r}')
+
+
+def _check_finite(x: torch.Tensor, where: str) -> None:
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(
+            f'{where}: the token matrix has {bad} non-finite (NaN/Inf) values out of {x.numel()} before '
+            'conditioning; they come from the layers before it (patch embedding, input or a diverged '
+            'training step), not from the conditioning. Lower the learning rate or check the input.')
+
+
+def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float,
+          target_kappa: float) -> torch.Tensor:
+    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``)."""
+    if mode == 'sigma_max':
+        return (alpha / (target_kappa - 1)) * s1.expand_as(s)
+    return alpha * (s1 / target_kappa - s).clamp_min(0)
+
+
+def _cosine_candidates(n: int, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The first ``m`` orthonormal DCT-II vectors of length ``n`` as an (n, m) matrix."""
+    pos = torch.arange(n, dtype=dtype, device=device)[:, None] + 0.5
+    freq = torch.arange(m, dtype=dtype, device=device)[None, :]
+    z = torch.cos(math.pi * pos * freq / n)
+    return z / z.norm(dim=0, keepdim=True)
+
+
+def _complete_null_space(x: torch.Tensor, v_range: torch.Tensor, inv_s2: torch.Tensor,
+                         null_count: torch.Tensor) -> Optional[torch.Tensor]:
+    """Orthonormal (B, N, k) vectors orthogonal to range(x), k = max(null_count); sample b needs the
+    first null_count[b] of them.
+
+    ``v_range * inv_s2`` spans range(x^T) with weights 1/s_i^2 on the non-null directions (zero on the
+    null ones), so ``x @ v_range diag(inv_s2) v_range^T x^T`` is the orthogonal projector onto range(x).
+    Returns None when the fixed candidates do not leave enough independent directions.
+    """
+    batch, n, _ = x.shape
+    k = int(null_count.max())
+    m = min(n, k + _COMPLETION_OVERSAMPLING)
+    z = _cosine_candidates(n, m, x.dtype, x.device).expand(batch, n, m)
+    weighted = v_range * inv_s2.unsqueeze(-2)
+    for _ in range(2):  # project twice: one Gram-Schmidt pass loses orthogonality in floating point
+        z = z - x @ (weighted @ (v_range.transpose(-1, -2) @ (x.transpose(-1, -2) @ z)))
+    # Orthonormalize the projected candidates through their small m x m Gram matrix; keep the top k.
+    lam, w = torch.linalg.eigh(z.transpose(-1, -2) @ z)
+    lam, w = lam.flip(-1)[..., :k], w.flip(-1)[..., :k]
+    needed = torch.arange(k, device=x.device) < null_count.unsqueeze(-1)
+    if bool(((lam < 1e-6) & needed).any()):
+        return None
+    lam = torch.where(needed, lam, torch.ones_like(lam))
+    return z @ (w * lam.rsqrt().unsqueeze(-2))
+
+
+def _correction_gram_tall(x: torch.Tensor, mode: str, alpha: float,
+                          target_kappa: float) -> Optional[torch.Tensor]:
+    """C for float64 x of shape (B, N, d) with N >= d, through the d x d Gram matrix."""
+    lam, v = torch.linalg.eigh(x.transpose(-1, -2) @ x)  # ascending
+    s = lam.clamp_min(0).sqrt()
+    s1 = s[..., -1:]
+    has_signal = s1 > 0
+    null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
+    lift = _lift(s, s1, mode, alpha, target_kappa) * has_signal
+    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
+    scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
+    xv = x @ v
+    left = xv * scale.unsqueeze(-2)
+    null_count = null.sum(-1)
+    k = int(null_count.max())
+    if k:
+        inv_s2 = torch.where(null | ~has_signal, torch.zeros_like(s), 1 / lam.clamp_min(1e-300))
+        completion = _complete_null_space(x, v, inv_s2, null_count)
+        if completion is None:
+            return None
+        # Null direction j (j < k_b) of sample b takes completion vector j, lifted by D_j.
+        null_lift = (lift * null)[..., :k]
+        left[..., :k] = left[..., :k] + completion * null_lift.unsqueeze(-2)
+    return left @ v.transpose(-1, -2)
+
+
+def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
+    """Reference C from the thin SVD (LAPACK completes U and V over null directions)."""
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    s1 = s[..., :1]
+    return (u * _lift(s, s1, mode, alpha, target_kappa).unsqueeze(-2)) @ vh
+
+
+def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
+                     target_kappa: float = 2.0, method: str = 'gram') -> torch.Tensor:
+    """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks."""
+    if alpha == 0:
+        return torch.zeros_like(x)
+    # Scale each sample to max |x| = 1 so that the Gram matrix neither overflows nor underflows;
+    # C is homogeneous of degree 1 in X, so it is scaled back afterwards.
+    amax = x.abs().amax(dim=(-2, -1), keepdim=True)
+    unit = x / torch.where(amax > 0, amax, torch.ones_like(amax))
+    wide = unit.shape[-2] < unit.shape[-1]
+    if wide:  # kappa and the construction are the same for X^T; work with the tall one
+        unit = unit.transpose(-1, -2)
+    correction = None
+    if method == 'gram':
+        correction = _correction_gram_tall(unit, mode, alpha, target_kappa)
+    if correction is None:  # method='svd', or the Gram path's completion had no room to work
+        correction = _correction_svd(unit, mode, alpha, target_kappa)
+    if wide:
+        correction = correction.transpose(-1, -2)
+    return correction * amax
+
+
+def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
+                     target_kappa: float = 2.0, detach: bool = True, method: str = 'gram',
+                     where: str = 'condition_tokens') -> torch.Tensor:
+    """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample.
+
+    Args:
+        x (Tensor): token matrices of shape (B, N, d) or (N, d); any floating dtype. The correction is
+            computed in float64 and the result is returned in ``x.dtype``.
+        mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction) or 'floor' (lift only
+            the singular values below s_1/t to s_1/t). Default: 'sigma_max'.
+        alpha (float): scale of the correction; 1 reaches the bound, 0 disables it. Default: 1.0.
+        target_kappa (float): the bound t > 1. Default: 2.0 (the paper's value).
+        detach (bool): treat C as a constant in backward, so the gradient w.r.t. ``x`` is the identity.
+            With False the gradient flows through the SVD; directions that are (nearly) null or have
+            (nearly) equal singular values contribute no gradient instead of an infinite one.
+            Default: True.
+        method (str): 'gram' (d x d or N x N Gram matrix, cheap when N >> d) or 'svd' (full thin SVD,
+            the reference). Default: 'gram'.
+        where (str): a name for error messages, e.g. the module that calls this.
+
+    Returns:
+        Tensor: X + C with the shape and dtype of ``x``. A zero matrix is returned unchanged.
+
+    Raises:
+        ValueError: on NaN/Inf in ``x`` or on invalid arguments.
+    """
+    _check_arguments(mode, alpha, target_kappa, method)
+    if x.dim() not in (2, 3):
+        raise ValueError(f'{where}: expected tokens of shape (B, N, d) or (N, d), got {tuple(x.shape)}')
+    if not x.is_floating_point():
+        raise ValueError(f'{where}: expected floating-point tokens, got {x.dtype}')
+    batched = x if x.dim() == 3 else x.unsqueeze(0)
+    if batched.numel() == 0:
+        return x
+    _check_finite(batched, where)
+    if detach or not torch.is_grad_enabled() or not x.requires_grad:
+        with torch.no_grad():
+            correction = token_correction(batched.detach().double(), mode, alpha, target_kappa, method)
+    else:
+        correction = _DifferentiableCorrection.apply(batched, mode, alpha, target_kappa, method)
+    out = batched + correction.to(x.dtype)
+    return out if x.dim() == 3 else out.squeeze(0)
+
+
+class _DifferentiableCorrection(torch.autograd.Function):
+    """C(X) with a gradient that stays finite at rank-deficient and repeated-spectrum inputs.
+
+    Forward uses :func:`token_correction`. Backward differentiates C = U D(s) V^T through the thin SVD
+    with the standard formulas, dropping the terms whose denominators (s_i^2 - s_j^2, s_i) vanish
+    below a relative threshold; for a well-separated full-rank spectrum it is the exact derivative.
+    """
+
+    @staticmethod
+    def forward(ctx, x, mode, alpha, target_kappa, method):
+        x64 = x.detach().double()
+        ctx.save_for_backward(x64)
+        ctx.options = (mode, alpha, target_kappa)
+        return token_correction(x64, mode, alpha, target_kappa, method).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_c):
+        (x64,) = ctx.saved_tensors
+        mode, alpha, target_kappa = ctx.options
+        with torch.enable_grad():
+            xr = x64.detach().requires_grad_(True)
+            correction = _correction_safe_svd(xr, mode, alpha, target_kappa)
+            (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
+        return grad_x.to(grad_c.dtype), None, None, None, None
+
+
+class _SafeSVD(torch.autograd.Function):
+    """Thin SVD whose backward ignores ill-defined (near-degenerate or near-null) terms."""
+
+    @staticmethod
+    def forward(ctx, x):
+        u, s, vh = torch.linalg.svd(x, full_matrices=False)
+        ctx.save_for_backward(u, s, vh)
+        return u, s, vh
+
+    @staticmethod
+    def backward(ctx, gu, gs, gvh):
+        u, s, vh = ctx.saved_tensors
+        v = vh.transpose(-1, -2)
+        gv = gvh.transpose(-1, -2)
+        # Terms whose singular values differ (or vanish) by less than 1e-8 s_1 are ill-defined.
+        eps = 1e-8 * s[..., :1].clamp_min(1e-300)
+        s_i, s_j = s.unsqueeze(-1), s.unsqueeze(-2)
+        denom = s_j ** 2 - s_i ** 2
+        off = denom.abs() > eps.unsqueeze(-1) * (s_i + s_j)
+        f = torch.where(off, 1 / torch.where(off, denom, torch.ones_like(denom)), torch.zeros_like(denom))
+        ut_gu = u.transpose(-1, -2) @ gu
+        vt_gv = v.transpose(-1, -2) @ gv
+        j_u = f * (ut_gu - ut_gu.transpose(-1, -2))
+        j_v = f * (vt_gv - vt_gv.transpose(-1, -2))
+        s_diag = torch.diag_embed(s)
+        inner = u @ (torch.diag_embed(gs) + j_u @ s_diag + s_diag @ j_v) @ vh
+        live = s > eps
+        inv_s = torch.where(live, 1 / torch.where(live, s, torch.ones_like(s)), torch.zeros_like(s))
+        # (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T), without forming the N x N projector
+        gu_perp = gu - u @ ut_gu
+        gvt_perp = gv.transpose(-1, -2) - vt_gv.transpose(-1, -2) @ vh
+        outer_u = (gu_perp * inv_s.unsqueeze(-2)) @ vh
+        outer_v = u @ (inv_s.unsqueeze(-1) * gvt_perp)
+        return inner + outer_u + outer_v
+
+
+def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
+    u, s, vh = _SafeSVD.apply(x)
+    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa).unsqueeze(-2)) @ vh
+
+
+def condition_number(x: torch.Tensor) -> torch.Tensor:
+    """kappa = s_max / s_min of each token matrix, computed in float64.
+
+    Args:
+        x (Tensor): (B, N, d) or (N, d).
+
+    Returns:
+        Tensor: float64 of shape (B,) (or a scalar for 2-D input); ``inf`` for a singular matrix, the
+        zero matrix included. Non-finite input raises ValueError.
+    """
+    if x.dim() not in (2, 3):
+        raise ValueError(f'condition_number: expected (B, N, d) or (N, d), got {tuple(x.shape)}')
+    _check_finite(x, 'condition_number')
+    s = torch.linalg.svdvals(x.detach().double())
+    s_max, s_min = s[..., 0], s[..., -1]
+    return torch.where(s_min > 0, s_max / torch.where(s_min > 0, s_min, torch.ones_like(s_min)),
+                       torch.full_like(s_max, math.inf))

@@ -1,0 +1,3 @@
+from .shapes import SHAPE_CLASSES, make_shapes_dataset
+
+__all__ = ['SHAPE_CLASSES', 'make_shapes_dataset']

@@ -1,0 +1,3 @@
+from .cond_swin import CondSwinTransformer
+
+__all__ = ['CondSwinTransformer']

@@ -1,0 +1,77 @@
+"""CondSwinTransformer: mmdet's SwinTransformer with conditioned embedded tokens."""
+from typing import Optional, Sequence
+
+import torch.nn as nn
+from mmdet.models.backbones import SwinTransformer
+
+from condtok_mm.registry import MODELS
+
+
+@MODELS.register_module()
+class CondSwinTransformer(SwinTransformer):
+    """Swin Transformer whose token matrices are conditioned before they enter the chosen stages.
+
+    Identical to :class:`mmdet.models.backbones.SwinTransformer` (same arguments, same parameters and
+    state-dict keys, so mmdet/mmpretrain Swin checkpoints load unchanged) plus a parameter-free
+    :class:`TokenConditioner` applied per image to the (H*W, C) token matrix at the stages listed in
+    ``condition_stages``.
+
+    Args:
+        conditioning (dict, optional): config of the conditioner, e.g.
+            ``dict(type='TokenConditioner', mode='sigma_max')``. ``None`` disables the conditioning, and
+            the backbone then computes exactly what SwinTransformer computes.
+            Default: ``dict(type='TokenConditioner')``.
+        condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
+            absolute position embedding (the paper: before the first transformer block); i in 1..3 is the
+            input of stage i, i.e. the output of the preceding patch merging. Default: (0,).
+        **kwargs: every argument of SwinTransformer (pretrain_img_size, in_channels, embed_dims,
+            patch_size, window_size, mlp_ratio, depths, num_heads, strides, out_indices, qkv_bias,
+            qk_scale, patch_norm, drop_rate, attn_drop_rate, drop_path_rate, use_abs_pos_embed, act_cfg,
+            norm_cfg, with_cp, pretrained, convert_weights, frozen_stages, init_cfg), with its defaults.
+    """
+
+    def __init__(self,
+                 conditioning: Optional[dict] = dict(type='TokenConditioner'),
+                 condition_stages: Sequence[int] = (0,),
+                 **kwargs):
+        super().__init__(**kwargs)
+        num_stages = len(self.stages)
+        stages = tuple(condition_stages)
+        invalid = [s for s in stages if not isinstance(s, int) or not 0 <= s < num_stages]
+        if invalid or len(set(stages)) != len(stages):
+            raise ValueError(f'CondSwinTransformer: condition_stages={condition_stages!r} is invalid; use '
+                             f'distinct stage indices from {list(range(num_stages))} (0 = patch-embedding '
+                             'output, i = input of stage i)')
+        self.condition_stages = stages if conditioning is not None else ()
+        # Parameter-free, so the ModuleDict adds no state-dict keys; one conditioner per stage keeps the
+        # per-stage statistics and error messages apart.
+        self.conditioners = nn.ModuleDict()
+        for stage in self.condition_stages:
+            conditioner = MODELS.build(conditioning)
+            conditioner.location = f'{type(self).__name__} stage {stage}'
+            self.conditioners[str(stage)] = conditioner
+
+    def _condition(self, stage: int, tokens):
+        conditioner = self.conditioners[str(stage)] if str(stage) in self.conditioners else None
+        return tokens if conditioner is None else conditioner(tokens)
+
+    def forward(self, x):
+        x, hw_shape = self.patch_embed(x)
+        x = self._condition(0, x)
+
+        if self.use_abs_pos_embed:
+            x = x + self.absolute_pos_embed
+        x = self.drop_after_pos(x)
+
+        outs = []
+        for i, stage in enumerate(self.stages):
+            if i > 0:
+                x = self._condition(i, x)
+            x, hw_shape, out, out_hw_shape = stage(x, hw_shape)
+            if i in self.out_indices:
+                norm_layer = getattr(self, f'norm{i}')
+                out = norm_layer(out)
+                out = out.view(-1, *out_hw_shape,
+                               self.num_features[i]).permute(0, 3, 1, 2).contiguous()
+                outs.append(out)
+        return outs

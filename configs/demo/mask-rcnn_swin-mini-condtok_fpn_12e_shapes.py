@@ -1,0 +1,10 @@
+# CPU-sized conditioned demo: the baseline demo plus the conditioning (the same lines as
+# configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py adds to its twin).
+_base_ = './mask-rcnn_swin-mini_fpn_12e_shapes.py'
+
+model = dict(
+    backbone=dict(
+        type='CondSwinTransformer',
+        conditioning=dict(type='TokenConditioner', mode='sigma_max', alpha=1.0, target_kappa=2.0,
+                          detach=True),
+        condition_stages=(0, )))

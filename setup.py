@@ -1,0 +1,32 @@
+import os.path as osp
+
+from setuptools import find_packages, setup
+
+
+def read_version():
+    namespace = {}
+    with open(osp.join(osp.dirname(__file__), 'condtok_mm', 'version.py')) as f:
+        exec(f.read(), namespace)
+    return namespace['__version__']
+
+
+def read_requirements(path):
+    with open(osp.join(osp.dirname(__file__), path)) as f:
+        return [line.split('#')[0].strip() for line in f if line.split('#')[0].strip()]
+
+
+setup(
+    name='condtok_mm',
+    version=read_version(),
+    description='Conditioned embedded tokens for MMDetection transformer backbones',
+    long_description=open(osp.join(osp.dirname(__file__), 'README.md')).read()
+    if osp.exists(osp.join(osp.dirname(__file__), 'README.md')) else '',
+    long_description_content_type='text/markdown',
+    packages=find_packages(exclude=('configs', 'tools', 'tests')),
+    include_package_data=True,
+    python_requires='>=3.8',
+    install_requires=read_requirements('requirements/runtime.txt') + ['mmcv>=2.0.0rc4,<2.2.0'],
+    extras_require={'tests': read_requirements('requirements/tests.txt')},
+    license='Apache License 2.0',
+    zip_safe=False,
+)

@@ -1,0 +1,132 @@
+import pytest
+import torch
+from mmdet.models.backbones import SwinTransformer
+from mmdet.models.backbones.swin import swin_converter
+
+import condtok_mm  # noqa: F401
+from condtok_mm.conditioning import condition_number
+from condtok_mm.registry import MODELS
+
+SMALL = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
+
+
+def build(**kwargs):
+    return MODELS.build(dict(type='CondSwinTransformer', **SMALL, **kwargs))
+
+
+def capture_stage_inputs(model):
+    """Record the tokens each stage receives (after any conditioning)."""
+    seen = {}
+    for i, stage in enumerate(model.stages):
+        stage.register_forward_pre_hook(lambda m, args, i=i: seen.__setitem__(i, args[0].detach()))
+    return seen
+
+
+def test_builds_by_bare_name_in_mmdet_config():
+    from mmdet.registry import MODELS as MMDET_MODELS
+    model = MMDET_MODELS.build(dict(type='CondSwinTransformer', **SMALL))
+    assert isinstance(model, SwinTransformer) and model.condition_stages == (0, )
+
+
+@pytest.mark.parametrize('size', [(32, 32), (67, 45), (96, 128)])
+def test_conditioning_off_equals_swin_transformer(size):
+    torch.manual_seed(0)
+    reference = SwinTransformer(**SMALL).eval()
+    ours = build(conditioning=None).eval()
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        for a, b in zip(reference(x), ours(x)):
+            assert torch.equal(a, b)
+
+
+def test_state_dict_keys_equal_swin_transformer():
+    reference = SwinTransformer(**SMALL)
+    ours = build(condition_stages=(0, 1, 2, 3))
+    assert list(ours.state_dict().keys()) == list(reference.state_dict().keys())
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
+
+
+@pytest.mark.parametrize('layout', ['mmdet', 'original'])
+def test_loads_swin_checkpoint_without_missing_or_unexpected_keys(tmp_path, layout):
+    source = SwinTransformer(**SMALL)
+    state = {f'backbone.{k}': v for k, v in source.state_dict().items()}
+    convert = False
+    if layout == 'original':  # the official Swin release layout, converted by swin_converter on load
+        state = _to_original_layout(source.state_dict())
+        assert swin_converter(state).keys() == {f'backbone.{k}' for k in source.state_dict()}
+        convert = True
+    path = tmp_path / 'swin.pth'
+    torch.save({'state_dict': state} if layout == 'mmdet' else {'model': state}, path)
+    model = build(convert_weights=convert, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    result = model.load_state_dict({k[len('backbone.'):]: v for k, v in (
+        swin_converter(state) if convert else state).items()}, strict=True)
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    model.init_weights()  # the Pretrained path of SwinTransformer.init_weights
+    for key, value in source.state_dict().items():
+        if 'relative_position_index' not in key:
+            torch.testing.assert_close(model.state_dict()[key], value, msg=key)
+
+
+def _to_original_layout(state):
+    """Invert swin_converter for the keys a small model has (reduction/norm orders included)."""
+    original = {}
+    for k, v in state.items():
+        if k.startswith('stages'):
+            new_k = k.replace('stages', 'layers', 1)
+            if 'attn.w_msa.' in k:
+                new_k = new_k.replace('attn.w_msa.', 'attn.')
+            elif 'ffn.layers.0.0.' in k:
+                new_k = new_k.replace('ffn.layers.0.0.', 'mlp.fc1.')
+            elif 'ffn.layers.1.' in k:
+                new_k = new_k.replace('ffn.layers.1.', 'mlp.fc2.')
+            elif 'downsample.reduction' in k:
+                out_c, in_c = v.shape
+                v = v.reshape(out_c, in_c // 4, 4)[:, :, [0, 2, 1, 3]].transpose(1, 2).reshape(out_c, in_c)
+            elif 'downsample.norm' in k:
+                v = v.reshape(v.shape[0] // 4, 4)[:, [0, 2, 1, 3]].transpose(0, 1).reshape(-1)
+            original[new_k] = v
+        elif k.startswith('patch_embed'):
+            original[k.replace('projection', 'proj')] = v
+        else:
+            original[k] = v
+    return original
+
+
+@pytest.mark.parametrize('mode', ['sigma_max', 'floor'])
+def test_patch_tokens_are_conditioned_before_the_first_stage(mode):
+    torch.manual_seed(0)
+    model = build(conditioning=dict(type='TokenConditioner', mode=mode)).eval()
+    seen = capture_stage_inputs(model)
+    x = torch.randn(2, 3, 128, 96)
+    with torch.no_grad():
+        raw, _ = model.patch_embed(x)
+        model(x)
+    # LayerNorm'd patch tokens: every token has zero mean over channels, so X 1 = 0
+    assert torch.allclose(raw.mean(-1), torch.zeros(()), atol=1e-5)
+    assert (condition_number(raw) > 1e4).all()
+    assert (condition_number(seen[0]) <= 2 + 1e-3).all()
+    assert (condition_number(seen[1]) > 2 + 1e-3).all()  # later stages untouched by default
+
+
+def test_condition_later_stages():
+    model = build(condition_stages=(0, 2)).eval()
+    seen = capture_stage_inputs(model)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 64, 64))
+    assert condition_number(seen[2]) <= 2 + 1e-3
+    assert condition_number(seen[1]) > 2 + 1e-3
+
+
+@pytest.mark.parametrize('stages', [(4, ), (0, 0), (-1, ), ('0', )])
+def test_invalid_stages_are_rejected(stages):
+    with pytest.raises(ValueError, match=r'use distinct stage indices from \[0, 1, 2, 3\]'):
+        build(condition_stages=stages)
+
+
+def test_trains_with_gradients_to_patch_embedding():
+    model = build()
+    out = model(torch.randn(2, 3, 64, 64))
+    sum(o.mean() for o in out).backward()
+    assert model.patch_embed.projection.weight.grad is not None
+    assert torch.isfinite(model.patch_embed.projection.weight.grad).all()

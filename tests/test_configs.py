@@ -1,0 +1,77 @@
+import glob
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+from mmengine.config import Config
+
+import condtok_mm  # noqa: F401
+from conftest import REPO_ROOT
+from mmdet.registry import MODELS
+
+CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
+                 if '_base_' not in p)
+CONDITIONED = [p for p in CONFIGS if 'condtok' in osp.basename(p) and osp.basename(p) != 'mask-rcnn_condtok.py']
+
+
+def rel(path):
+    return osp.relpath(path, REPO_ROOT)
+
+
+def flatten(cfg, prefix=''):
+    items = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            items.update(flatten(value, f'{prefix}{key}.'))
+        else:
+            items[f'{prefix}{key}'] = value
+    return items
+
+
+def baseline_of(path):
+    return path.replace('-condtok', '')
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=rel)
+def test_config_builds_its_model(path):
+    cfg = Config.fromfile(path)
+    assert cfg.custom_imports == dict(imports=['condtok_mm'], allow_failed_imports=False)
+    model = MODELS.build(cfg.model)  # weights are not loaded: nothing is downloaded
+    assert sum(p.numel() for p in model.parameters()) > 0
+    expected = 'CondSwinTransformer' if 'condtok' in osp.basename(path) else 'SwinTransformer'
+    assert type(model.backbone).__name__ == expected
+
+
+@pytest.mark.parametrize('path', CONDITIONED, ids=rel)
+def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_conditioning(path):
+    assert osp.exists(baseline_of(path)), f'{rel(path)} has no baseline twin {rel(baseline_of(path))}'
+    ours = flatten(Config.fromfile(path).to_dict())
+    base = flatten(Config.fromfile(baseline_of(path)).to_dict())
+    changed = {k for k in ours.keys() | base.keys() if ours.get(k, object()) != base.get(k, object())}
+    assert changed == {'model.backbone.type', 'model.backbone.conditioning.type',
+                       'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
+                       'model.backbone.conditioning.target_kappa', 'model.backbone.conditioning.detach',
+                       'model.backbone.condition_stages'}
+    assert ours['model.backbone.type'] == 'CondSwinTransformer'
+
+
+def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
+    ours = flatten(Config.fromfile(osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py')).to_dict())
+    mmdet = flatten(Config.fromfile('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py').to_dict())
+    changed = {k for k in ours.keys() | mmdet.keys() if ours.get(k, object()) != mmdet.get(k, object())}
+    assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
+        'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type'}
+    assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
+    assert ours['val_evaluator.metric'] == ['bbox', 'segm']
+
+
+def test_training_without_coco_stops_with_one_clear_message(tmp_path):
+    result = subprocess.run(
+        [sys.executable, osp.join(REPO_ROOT, 'tools', 'train.py'),
+         osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py'), '--work-dir', str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert 'Traceback' not in result.stderr
+    assert 'COCO not found: data/coco/annotations/instances_train2017.json does not exist' in result.stderr
+    assert 'make demo' in result.stderr and 'ln -s /path/to/coco data/coco' in result.stderr

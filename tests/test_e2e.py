@@ -1,0 +1,91 @@
+"""End-to-end runs of the tools on the demo configs, on a small shapes dataset made by the test session."""
+import glob
+import json
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from conftest import REPO_ROOT
+
+DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
+
+
+def data_options(root, max_epochs):
+    ann = osp.join(root, 'annotations', 'instances_{}.json')
+    return [
+        f'train_dataloader.dataset.data_root={root}/', f'val_dataloader.dataset.data_root={root}/',
+        f'test_dataloader.dataset.data_root={root}/', f'val_evaluator.ann_file={ann.format("val")}',
+        f'test_evaluator.ann_file={ann.format("val")}', f'train_cfg.max_epochs={max_epochs}',
+        f'train_cfg.val_interval={max_epochs}', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
+        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False', 'default_hooks.checkpoint.interval=1',
+        'default_hooks.logger.interval=1', 'randomness.seed=0'
+    ]
+
+
+def run_tool(tool, *args):
+    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', tool), *args],
+                            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
+    cfg = Config.fromfile(DEMO)
+    cfg.merge_from_dict(dict(o.split('=', 1) for o in data_options(shapes_root, 1)))
+    cfg.train_dataloader.dataset.indices = 4  # one batch of 4 images: one iteration
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.train_cfg.val_interval = 1
+    cfg.work_dir = str(tmp_path)
+    runner = Runner.from_cfg(cfg)
+    before = {k: v.clone() for k, v in runner.model.state_dict().items()}
+    runner.train()
+    assert runner.iter == 1
+    losses = runner.message_hub.get_scalar('train/loss').current()
+    assert torch.isfinite(torch.tensor(losses))
+    changed = [k for k, v in runner.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert any(k.startswith('backbone.patch_embed') for k in changed)
+    assert any(k.startswith('roi_head.mask_head') for k in changed)
+
+
+@pytest.mark.slow
+def test_short_training_then_test_gives_coco_metrics(shapes_root, tmp_path):
+    work_dir = tmp_path / 'train'
+    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 2))
+    checkpoint = work_dir / 'epoch_2.pth'
+    assert checkpoint.exists()
+    log = run_tool('test.py', DEMO, str(checkpoint), '--work-dir', str(tmp_path / 'test'), '--show-dir',
+                   'vis', '--out', str(tmp_path / 'preds.pkl'), '--cfg-options',
+                   *data_options(shapes_root, 2))
+    assert 'Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]' in log
+    (metrics_file, ) = glob.glob(str(tmp_path / 'test' / '*' / '*.json'))
+    metrics = json.load(open(metrics_file))
+    for task in ('bbox', 'segm'):
+        assert 0 <= metrics[f'coco/{task}_mAP'] <= 1
+    assert len(glob.glob(str(tmp_path / 'test' / '*' / 'vis' / '*.png'))) == 8
+    assert (tmp_path / 'preds.pkl').exists()
+    summary = run_tool('analysis/summarize_test.py', str(tmp_path / 'test'))
+    assert f'bbox   {100 * metrics["coco/bbox_mAP"]:6.1f}' in summary
+
+
+@pytest.mark.slow
+def test_resume_continues_a_run(shapes_root, tmp_path):
+    run_tool('train.py', DEMO, '--work-dir', str(tmp_path), '--cfg-options', *data_options(shapes_root, 1))
+    first = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
+    log = run_tool('train.py', DEMO, '--work-dir', str(tmp_path), '--resume', '--cfg-options',
+                   *data_options(shapes_root, 2))
+    assert 'resumed epoch: 1, iter: 4' in log  # 16 images, batch 4
+    assert 'Epoch(train) [2][4/4]' in log and 'Epoch(train) [1]' not in log
+    second = torch.load(tmp_path / 'epoch_2.pth', weights_only=False)
+    assert (second['meta']['epoch'], second['meta']['iter']) == (2, 8)
+    assert not torch.equal(first['state_dict']['backbone.patch_embed.projection.weight'],
+                           second['state_dict']['backbone.patch_embed.projection.weight'])
+    # load_from a checkpoint (torch >= 2.6 weights_only default) works through tools/test.py as well
+    run_tool('test.py', DEMO, str(tmp_path / 'epoch_2.pth'), '--work-dir', str(tmp_path / 'test'),
+             '--cfg-options', *data_options(shapes_root, 2))
