@@ -3,6 +3,7 @@ import os.path as osp
 import subprocess
 import sys
 
+import mmdet
 import pytest
 from mmengine.config import Config
 
@@ -19,9 +20,18 @@ def rel(path):
     return osp.relpath(path, REPO_ROOT)
 
 
+def without_scope(value):
+    """Drop the `_scope_='mmdet'` marks that mmengine adds to what a `mmdet::` base defines."""
+    if isinstance(value, dict):
+        return {k: without_scope(v) for k, v in value.items() if k != '_scope_'}
+    if isinstance(value, (list, tuple)):
+        return type(value)(without_scope(v) for v in value)
+    return value
+
+
 def flatten(cfg, prefix=''):
     items = {}
-    for key, value in cfg.items():
+    for key, value in without_scope(cfg).items():
         if isinstance(value, dict):
             items.update(flatten(value, f'{prefix}{key}.'))
         else:
@@ -58,8 +68,10 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
 
 def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
     ours = flatten(Config.fromfile(osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py')).to_dict())
-    mmdet = flatten(Config.fromfile('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py').to_dict())
-    changed = {k for k in ours.keys() | mmdet.keys() if ours.get(k, object()) != mmdet.get(k, object())}
+    mmdet_config = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'swin',
+                            'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
+    upstream = flatten(Config.fromfile(mmdet_config).to_dict())
+    changed = {k for k in ours.keys() | upstream.keys() if ours.get(k, object()) != upstream.get(k, object())}
     assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
         'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type'}
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'

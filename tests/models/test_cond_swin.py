@@ -1,5 +1,6 @@
 import pytest
 import torch
+from mmengine.config import ConfigDict
 from mmdet.models.backbones import SwinTransformer
 from mmdet.models.backbones.swin import swin_converter
 
@@ -31,9 +32,11 @@ def test_builds_by_bare_name_in_mmdet_config():
 @pytest.mark.parametrize('size', [(32, 32), (67, 45), (96, 128)])
 def test_conditioning_off_equals_swin_transformer(size):
     torch.manual_seed(0)
-    reference = SwinTransformer(**SMALL).eval()
-    ours = build(conditioning=None).eval()
+    reference = SwinTransformer(**SMALL)
+    ours = build(conditioning=None)
     ours.load_state_dict(reference.state_dict(), strict=True)
+    reference.eval()  # SwinTransformer.train() returns None, so no chaining
+    ours.eval()
     x = torch.randn(2, 3, *size)
     with torch.no_grad():
         for a, b in zip(reference(x), ours(x)):
@@ -58,7 +61,9 @@ def test_loads_swin_checkpoint_without_missing_or_unexpected_keys(tmp_path, layo
         convert = True
     path = tmp_path / 'swin.pth'
     torch.save({'state_dict': state} if layout == 'mmdet' else {'model': state}, path)
-    model = build(convert_weights=convert, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    # as built from a config file: SwinTransformer.init_weights reads init_cfg by attribute
+    model = build(convert_weights=convert,
+                  init_cfg=ConfigDict(type='Pretrained', checkpoint=str(path)))
     result = model.load_state_dict({k[len('backbone.'):]: v for k, v in (
         swin_converter(state) if convert else state).items()}, strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == []
@@ -96,7 +101,8 @@ def _to_original_layout(state):
 @pytest.mark.parametrize('mode', ['sigma_max', 'floor'])
 def test_patch_tokens_are_conditioned_before_the_first_stage(mode):
     torch.manual_seed(0)
-    model = build(conditioning=dict(type='TokenConditioner', mode=mode)).eval()
+    model = build(conditioning=dict(type='TokenConditioner', mode=mode))
+    model.eval()
     seen = capture_stage_inputs(model)
     x = torch.randn(2, 3, 128, 96)
     with torch.no_grad():
@@ -110,7 +116,8 @@ def test_patch_tokens_are_conditioned_before_the_first_stage(mode):
 
 
 def test_condition_later_stages():
-    model = build(condition_stages=(0, 2)).eval()
+    model = build(condition_stages=(0, 2))
+    model.eval()
     seen = capture_stage_inputs(model)
     with torch.no_grad():
         model(torch.randn(1, 3, 64, 64))
