@@ -23,7 +23,9 @@ setup(
     if osp.exists(osp.join(osp.dirname(__file__), 'README.md')) else '',
     long_description_content_type='text/markdown',
     packages=find_packages(exclude=('configs', 'tools', 'tests')),
-    include_package_data=True,
+    # configs ship inside the package as condtok_mm/.mim/configs (a symlink to configs/ in the
+    # checkout), where OpenMMLab tools look for a package's configs, as mmdet's wheel does.
+    package_data={'condtok_mm': ['.mim/configs/*.py', '.mim/configs/*/*.py', '.mim/configs/*/*/*.py']},
     python_requires='>=3.8',
     install_requires=read_requirements('requirements/runtime.txt') + ['mmcv>=2.0.0rc4,<2.2.0'],
     extras_require={'tests': read_requirements('requirements/tests.txt')},
