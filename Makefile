@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.condtok_mm-install
 
 DEMO_CONFIG ?= configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py
+DEMO_BASELINE_CONFIG ?= configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py
+DEMO_BASELINE_EPOCHS ?= 3
 DEMO_WORK_DIR ?= work_dirs/demo
 DEMO_DATA ?= data/shapes/
 
@@ -14,12 +16,17 @@ DEMO_DATA ?= data/shapes/
 install:
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/install.sh
 
+# Train and evaluate the conditioned demo model, train its baseline twin briefly, compare kappa.
 demo: install
 	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
-	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_WORK_DIR)
-	$(PY) tools/test.py $(DEMO_CONFIG) $$(cat $(DEMO_WORK_DIR)/last_checkpoint) \
-		--work-dir $(DEMO_WORK_DIR)/test --show-dir predictions
-	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/test
+	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_WORK_DIR)/condtok
+	$(PY) tools/test.py $(DEMO_CONFIG) $$(cat $(DEMO_WORK_DIR)/condtok/last_checkpoint) \
+		--work-dir $(DEMO_WORK_DIR)/condtok/test --show-dir predictions
+	$(PY) tools/train.py $(DEMO_BASELINE_CONFIG) --work-dir $(DEMO_WORK_DIR)/baseline \
+		--cfg-options train_cfg.max_epochs=$(DEMO_BASELINE_EPOCHS) train_cfg.val_interval=1000
+	$(PY) tools/analysis/plot_conditioning.py $(DEMO_WORK_DIR)/baseline $(DEMO_WORK_DIR)/condtok \
+		--labels baseline condtok --out $(DEMO_WORK_DIR)/conditioning.png
+	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/condtok/test
 
 test: install
 	$(PY) -m pytest tests

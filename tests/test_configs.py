@@ -72,8 +72,11 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
                             'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
     upstream = flatten(Config.fromfile(mmdet_config).to_dict())
     changed = {k for k in ours.keys() | upstream.keys() if ours.get(k, object()) != upstream.get(k, object())}
+    # condtok_mm imported, the conditioning, and the instrumentation (kappa hook, TensorBoard)
     assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
-        'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type'}
+        'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type',
+        'custom_hooks', 'vis_backends', 'visualizer.vis_backends'}
+    assert ours['custom_hooks'] == [dict(type='AttentionConditioningHook', interval=50)]
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
     assert ours['val_evaluator.metric'] == ['bbox', 'segm']
 

@@ -93,6 +93,7 @@ param_scheduler = [
 optim_wrapper = dict(optimizer=dict(lr=4e-4))
 auto_scale_lr = dict(base_batch_size=4)
 
+custom_hooks = [dict(type='AttentionConditioningHook', interval=25)]
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(interval=4, max_keep_ckpts=2))

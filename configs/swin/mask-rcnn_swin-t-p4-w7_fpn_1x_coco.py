@@ -1,6 +1,11 @@
-# Baseline twin of mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py: mmdet's own config, unchanged, with
-# condtok_mm imported (the same tools, hooks and run-time fixes as the conditioned run).
+# Baseline twin of mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py: mmdet's own config with condtok_mm imported
+# and the same instrumentation as the conditioned run (kappa hook, TensorBoard); the model is unchanged.
 # Reference (mmdet 3.3.0 model zoo, COCO val2017): box AP 42.7, mask AP 39.3.
 _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'
 
 custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+
+# Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard).
+custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
+visualizer = dict(vis_backends=vis_backends)

@@ -1,0 +1,3 @@
+from .hooks import AttentionConditioningHook
+
+__all__ = ['AttentionConditioningHook']

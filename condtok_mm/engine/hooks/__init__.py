@@ -1,0 +1,3 @@
+from .attention_conditioning import AttentionConditioningHook, ConditioningProbe
+
+__all__ = ['AttentionConditioningHook', 'ConditioningProbe']
