@@ -90,10 +90,9 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)
 ]
-optim_wrapper = dict(optimizer=dict(lr=4e-4))
+optim_wrapper = dict(optimizer=dict(lr=1e-3))  # from scratch, small batch: 1e-3 beat 4e-4 (AP 20.2 vs 14.3)
 auto_scale_lr = dict(base_batch_size=4)
 
-custom_hooks = [dict(type='AttentionConditioningHook', interval=25)]
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(interval=4, max_keep_ckpts=2))
