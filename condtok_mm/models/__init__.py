@@ -1,4 +1,5 @@
-from .backbones import CondSwinTransformer
+from .backbones import CondSwinTransformer, CondTokBackbone
+from .necks import CondTokNeck
 from .token_conditioner import TokenConditioner
 
-__all__ = ['TokenConditioner', 'CondSwinTransformer']
+__all__ = ['TokenConditioner', 'CondSwinTransformer', 'CondTokBackbone', 'CondTokNeck']

@@ -1,3 +1,4 @@
 from .cond_swin import CondSwinTransformer
+from .cond_wrapper import CondTokBackbone
 
-__all__ = ['CondSwinTransformer']
+__all__ = ['CondSwinTransformer', 'CondTokBackbone']

@@ -1,0 +1,3 @@
+from .cond_neck import CondTokNeck
+
+__all__ = ['CondTokNeck']

@@ -1,0 +1,55 @@
+"""CondTokNeck: condition each input level's token matrix before any neck."""
+from typing import Optional, Sequence
+
+
+from condtok_mm.models.backbones.cond_wrapper import TransparentWrapper, condition_layout
+from condtok_mm.registry import MODELS
+
+
+@MODELS.register_module()
+class CondTokNeck(TransparentWrapper):
+    """Any neck, with each input feature map's (H*W, C) token matrix conditioned per image first.
+
+    This brings the conditioning to backbones without a token stage, e.g. ResNet features entering an
+    FPN. The state dict has the wrapped neck's keys.
+
+    Args:
+        neck (dict): config of the wrapped neck, e.g. ``dict(type='FPN', ...)``.
+        conditioning (dict, optional): conditioner config; None disables it. Default:
+            ``dict(type='TokenConditioner')``.
+        levels (Sequence[int], optional): indices of the input levels to condition; None: all.
+            Default: None.
+        token_layout (str): layout of the input tensors, 'BCHW' (feature maps, the default), 'BHWC' or
+            'BNC'.
+        init_cfg (dict, optional): initialization of the wrapper itself. Default: None.
+    """
+
+    def __init__(self,
+                 neck: dict,
+                 conditioning: Optional[dict] = dict(type='TokenConditioner'),
+                 levels: Optional[Sequence[int]] = None,
+                 token_layout: str = 'BCHW',
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        if token_layout not in ('BNC', 'BHWC', 'BCHW'):
+            raise ValueError(f'CondTokNeck: token_layout={token_layout!r} is not supported; valid layouts '
+                             'are BNC, BHWC, BCHW')
+        self.wrapped = MODELS.build(neck)
+        self.levels = None if levels is None else tuple(levels)
+        self.token_layout = token_layout
+        self.conditioner = MODELS.build(conditioning) if conditioning is not None else None
+        if self.conditioner is not None:
+            self.conditioner.location = f'CondTokNeck({type(self.wrapped).__name__})'
+
+    def forward(self, inputs):
+        if self.conditioner is None:
+            return self.wrapped(inputs)
+        levels = range(len(inputs)) if self.levels is None else self.levels
+        invalid = [i for i in levels if not -len(inputs) <= i < len(inputs)]
+        if invalid:
+            raise ValueError(f'CondTokNeck: levels {invalid} do not exist; the neck gets {len(inputs)} '
+                             f'levels (0..{len(inputs) - 1})')
+        chosen = {i % len(inputs) for i in levels}
+        conditioned = [condition_layout(self.conditioner, x, self.token_layout) if i in chosen else x
+                       for i, x in enumerate(inputs)]
+        return self.wrapped(tuple(conditioned))

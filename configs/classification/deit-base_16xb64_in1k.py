@@ -1,0 +1,10 @@
+# Baseline twin of deit-base-condtok_16xb64_in1k:
+# mmpretrain's config with condtok_mm imported and the kappa hook on.
+# Paper reference (ImageNet-1k top-1): DeiT-B 81.6 -> 82.5 conditioned.
+_base_ = 'mmpretrain::deit/deit-base_16xb64_in1k.py'
+
+custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+
+custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
+visualizer = dict(vis_backends=vis_backends)

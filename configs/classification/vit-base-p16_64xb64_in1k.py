@@ -1,0 +1,10 @@
+# Baseline twin of vit-base-p16-condtok_64xb64_in1k:
+# mmpretrain's config with condtok_mm imported and the kappa hook on.
+# Paper reference (ImageNet-1k top-1): ViT-B 80.3 -> 81.3 conditioned.
+_base_ = 'mmpretrain::vision_transformer/vit-base-p16_64xb64_in1k.py'
+
+custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+
+custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
+visualizer = dict(vis_backends=vis_backends)
