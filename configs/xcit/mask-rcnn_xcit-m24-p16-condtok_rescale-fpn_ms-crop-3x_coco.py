@@ -1,0 +1,11 @@
+# Mask R-CNN with XCiT-M24/16 and conditioned embedded tokens: the baseline twin plus the conditioning.
+_base_ = './mask-rcnn_xcit-m24-p16_rescale-fpn_ms-crop-3x_coco.py'
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='CondTokBackbone',
+        backbone={{_base_.model.backbone}},
+        conditioning=dict(type='TokenConditioner', mode='sigma_max', alpha=1.0, target_kappa=2.0,
+                          detach=True),
+        targets=('patch_embed', )))
