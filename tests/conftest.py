@@ -1,5 +1,6 @@
 import math
 import os.path as osp
+import socket
 
 import pytest
 import torch
@@ -27,3 +28,10 @@ def shapes_root(tmp_path_factory):
     root = tmp_path_factory.mktemp('shapes')
     make_shapes_dataset(str(root), num_train=16, num_val=8, image_size=(96, 96), seed=3)
     return str(root)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that no one listens on now (the OS picks it), so that parallel runs differ."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
