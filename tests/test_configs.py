@@ -6,6 +6,7 @@ import sys
 import mmdet
 import pytest
 from mmengine.config import Config
+from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
 from conftest import REPO_ROOT
@@ -73,9 +74,32 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
     upstream = flatten(Config.fromfile(mmdet_config).to_dict())
     changed = {k for k in ours.keys() | upstream.keys() if ours.get(k, object()) != upstream.get(k, object())}
     assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
-        'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type'}
+        'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type',
+        'val_evaluator.type', 'test_evaluator.type'}
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
     assert ours['val_evaluator.metric'] == ['bbox', 'segm']
+    assert ours['val_evaluator.type'] == ours['test_evaluator.type'] == 'FastCocoMetric'
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=rel)
+def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_path):
+    # The batch size each learning rate was set for: mmdet's COCO schedules are for 8 GPUs x 2 images, the
+    # demo's for 1 process x 4 images. mmdet's tools/train.py --auto-scale-lr refuses a config without
+    # auto_scale_lr.enable.
+    base_batch_size = 4 if osp.basename(osp.dirname(path)) == 'demo' else 16
+    cfg = Config.fromfile(path)
+    assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=base_batch_size)
+
+    cfg.auto_scale_lr.enable = True  # what --auto-scale-lr does
+    cfg.train_dataloader.batch_size = 3
+    cfg.work_dir = str(tmp_path)
+    runner = Runner.from_cfg(cfg)  # the data is not loaded: COCO need not be here
+    optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    config_lrs = [group['lr'] for group in optim_wrapper.param_groups]
+    runner.scale_lr(optim_wrapper, runner.auto_scale_lr)  # as Runner.train does
+    scaled_lrs = [group['lr'] for group in optim_wrapper.param_groups]
+    assert scaled_lrs == pytest.approx([lr * 3 / base_batch_size for lr in config_lrs])
+    assert config_lrs[0] == cfg.optim_wrapper.optimizer.lr
 
 
 def test_training_without_coco_stops_with_one_clear_message(tmp_path):
