@@ -92,6 +92,13 @@ def _check_cpu_init_backend(init_backend: str) -> None:
 
 def _init_dist_pytorch(backend, init_backend='torch', **kwargs) -> None:
     """mmengine's ``_init_dist_pytorch`` (the ``--launcher pytorch`` path), usable without a GPU."""
+    # Without torchrun mmengine stops with a bare KeyError: 'RANK'.
+    required = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
+    missing = [name for name in required if name not in os.environ]
+    if missing:
+        raise RuntimeError(f'--launcher pytorch needs {", ".join(missing)}, which torchrun sets for each '
+                           'process: start the job with tools/dist_train.sh or tools/dist_test.sh '
+                           '(torchrun), or leave out --launcher to run one process.')
     if not runs_on_cpu():
         return _upstream_init_dist_pytorch(backend, init_backend=init_backend, **kwargs)
     # mmengine 0.10.7 (dist/utils.py L130) calls torch.cuda.set_device(local_rank) before

@@ -121,9 +121,15 @@ def dist_env(monkeypatch):
     mp.set_start_method(start_method, force=True)
 
 
-def test_torchrun_launcher_without_gpu_trains_with_gloo_and_cpu_ddp(tmp_path, cpu_only, dist_env):
-    dist_env.setenv('RANK', '0'), dist_env.setenv('WORLD_SIZE', '1'), dist_env.setenv('LOCAL_RANK', '0')
-    dist_env.setenv('MASTER_ADDR', '127.0.0.1'), dist_env.setenv('MASTER_PORT', str(free_port()))
+@pytest.fixture
+def torchrun_env(dist_env):
+    """The variables torchrun gives the one process of a one-process job."""
+    for name, value in dict(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                            MASTER_PORT=str(free_port())).items():
+        dist_env.setenv(name, value)
+
+
+def test_torchrun_launcher_without_gpu_trains_with_gloo_and_cpu_ddp(tmp_path, cpu_only, torchrun_env):
     # mmengine's default env_cfg asks for nccl
     runner = Runner.from_cfg(toy_cfg(tmp_path, launcher='pytorch', train_cfg=dict(max_epochs=1)))
     assert torch_dist.get_backend() == 'gloo'
@@ -131,34 +137,26 @@ def test_torchrun_launcher_without_gpu_trains_with_gloo_and_cpu_ddp(tmp_path, cp
     assert isinstance(runner.model, MMDistributedDataParallel) and runner.model.device_ids is None
 
 
-def test_an_explicit_model_wrapper_cfg_keeps_its_settings_on_cpu(tmp_path, cpu_only, dist_env):
-    dist_env.setenv('RANK', '0'), dist_env.setenv('WORLD_SIZE', '1'), dist_env.setenv('LOCAL_RANK', '0')
-    dist_env.setenv('MASTER_ADDR', '127.0.0.1'), dist_env.setenv('MASTER_PORT', str(free_port()))
+def test_an_explicit_model_wrapper_cfg_keeps_its_settings_on_cpu(tmp_path, cpu_only, torchrun_env):
     runner = Runner.from_cfg(
         toy_cfg(tmp_path, launcher='pytorch', model_wrapper_cfg=dict(find_unused_parameters=True)))
     assert isinstance(runner.model, MMDistributedDataParallel)
     assert runner.model.device_ids is None and runner.model.find_unused_parameters
 
 
-def fake_scontrol(tmp_path, first_host):
-    """An `scontrol` on PATH that answers `scontrol show hostname LIST` with first_host and records LIST."""
-    bin_dir = tmp_path / 'bin'
-    bin_dir.mkdir()
-    script = bin_dir / 'scontrol'
-    script.write_text(f'#!/bin/sh\necho "$3" > {tmp_path}/scontrol_nodelist\necho {first_host}\necho node02\n')
-    script.chmod(0o755)
-    return str(bin_dir)
+FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')  # srun and scontrol stand-ins for one machine
 
 
 def test_slurm_launcher_without_gpu_takes_rank_and_master_from_srun(tmp_path, cpu_only, dist_env):
     for name, value in dict(SLURM_PROCID='0', SLURM_NTASKS='1', SLURM_LOCALID='0',
                             SLURM_NODELIST='node[01-02]').items():
         dist_env.setenv(name, value)
-    dist_env.setenv('PATH', fake_scontrol(tmp_path, '127.0.0.1') + os.pathsep + os.environ['PATH'])
+    dist_env.setenv('PATH', FAKE_SLURM + os.pathsep + os.environ['PATH'])  # its scontrol answers 127.0.0.1
+    dist_env.setenv('FAKE_SCONTROL_ARGS', str(tmp_path / 'scontrol_args'))
     port = free_port()
     init_dist('slurm', backend='nccl', port=port)  # what Runner does with env_cfg.dist_cfg
     assert torch_dist.get_backend() == 'gloo' and torch_dist.get_world_size() == 1
-    assert (tmp_path / 'scontrol_nodelist').read_text().strip() == 'node[01-02]'
+    assert (tmp_path / 'scontrol_args').read_text() == 'show hostname node[01-02]\n'
     assert {name: os.environ[name] for name in ('MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'RANK',
                                                 'LOCAL_RANK')} == dict(MASTER_ADDR='127.0.0.1',
                                                                        MASTER_PORT=str(port),
@@ -181,17 +179,26 @@ def test_slurm_launcher_without_scontrol_asks_for_master_addr(tmp_path, cpu_only
         init_dist('slurm')
 
 
-def test_a_gpu_only_init_backend_without_gpu_gets_a_clear_error(cpu_only, dist_env):
+def test_torchrun_launcher_outside_torchrun_says_how_to_start_the_job(dist_env):
+    with pytest.raises(RuntimeError,
+                       match='needs RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.*tools/dist_train.sh'):
+        init_dist('pytorch')
+
+
+def test_a_gpu_only_init_backend_without_gpu_gets_a_clear_error(cpu_only, torchrun_env):
     with pytest.raises(ValueError, match="init_backend='deepspeed' needs a GPU.*'torch'"):
         init_dist('pytorch', init_backend='deepspeed')
 
 
-def test_with_a_gpu_mmengine_launches_and_wraps_as_before(monkeypatch, dist_env):
+def test_with_a_gpu_mmengine_launches_and_wraps_as_before(monkeypatch, torchrun_env):
     monkeypatch.setattr(compat, 'runs_on_cpu', lambda: False)
     calls = []
-    monkeypatch.setattr(compat, '_upstream_init_dist_pytorch', lambda *a, **k: calls.append(('pytorch', a, k)))
-    monkeypatch.setattr(compat, '_upstream_init_dist_slurm', lambda *a, **k: calls.append(('slurm', a, k)))
-    monkeypatch.setattr(compat, '_upstream_wrap_model', lambda runner, cfg, model: calls.append(('wrap', cfg)))
+    monkeypatch.setattr(compat, '_upstream_init_dist_pytorch',
+                        lambda *args, **kwargs: calls.append(('pytorch', args, kwargs)))
+    monkeypatch.setattr(compat, '_upstream_init_dist_slurm',
+                        lambda *args, **kwargs: calls.append(('slurm', args, kwargs)))
+    monkeypatch.setattr(compat, '_upstream_wrap_model',
+                        lambda runner, cfg, model: calls.append(('wrap', cfg)))
     init_dist('pytorch')
     init_dist('slurm', port=1234)
     compat._wrap_model(Config(dict(distributed=True, cfg={})), None, nn.Linear(1, 1))
@@ -239,8 +246,8 @@ save_checkpoint({{'step': 2}}, {path!r})
 
 
 def test_checkpoint_hook_deletes_the_oldest_checkpoint_only_after_saving_the_next(tmp_path, monkeypatch):
-    # With max_keep_ckpts=1, mmengine deletes epoch_1.pth before it writes epoch_2.pth: a run killed in between
-    # has no checkpoint left, and last_checkpoint names a deleted file.
+    # With max_keep_ckpts=1, mmengine deletes epoch_1.pth before it writes epoch_2.pth: a run killed in
+    # between has no checkpoint left, and last_checkpoint names a deleted file.
     Runner.from_cfg(toy_cfg(tmp_path, train_cfg=dict(max_epochs=1),
                             default_hooks=dict(checkpoint=dict(max_keep_ckpts=1)))).train()
 

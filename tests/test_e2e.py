@@ -1,44 +1,18 @@
 """End-to-end runs of the tools on the demo configs, on a small shapes dataset made by the test session."""
 import glob
 import json
-import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from conftest import REPO_ROOT
-
-DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
-
-
-def data_options(root, max_epochs):
-    ann = osp.join(root, 'annotations', 'instances_{}.json')
-    return [
-        f'train_dataloader.dataset.data_root={root}/', f'val_dataloader.dataset.data_root={root}/',
-        f'test_dataloader.dataset.data_root={root}/', f'val_evaluator.ann_file={ann.format("val")}',
-        f'test_evaluator.ann_file={ann.format("val")}', f'train_cfg.max_epochs={max_epochs}',
-        f'train_cfg.val_interval={max_epochs}', 'train_dataloader.num_workers=0',
-        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
-        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
-        'test_dataloader.persistent_workers=False', 'default_hooks.checkpoint.interval=1',
-        'default_hooks.logger.interval=1', 'randomness.seed=0'
-    ]
-
-
-def run_tool(tool, *args):
-    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', tool), *args],
-                            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
+from conftest import DEMO, cfg_options_dict, data_options, run_tool
 
 
 def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
     cfg = Config.fromfile(DEMO)
-    cfg.merge_from_dict(dict(o.split('=', 1) for o in data_options(shapes_root, 1)))
+    cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 4  # one batch of 4 images: one iteration
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.train_cfg.val_interval = 1
