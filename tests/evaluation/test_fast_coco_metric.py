@@ -1,6 +1,8 @@
 """FastCocoMetric against mmdet's CocoMetric on the shapes dataset, with faster-coco-eval and without it."""
 import copy
 import json
+import os.path as osp
+import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +18,7 @@ from pycocotools.cocoeval import COCOeval as PycocotoolsCOCOeval
 import condtok_mm  # noqa: F401
 from condtok_mm.datasets import SHAPE_CLASSES, make_shapes_dataset
 from condtok_mm.evaluation import FastCocoMetric
+from conftest import REPO_ROOT
 
 METRIC_TYPES = ['bbox', 'segm', 'proposal']
 
@@ -148,3 +151,18 @@ def test_bad_arguments_get_errors_that_say_the_fix(ann_file):
         FastCocoMetric(ann_file=ann_file, use_mp_eval=True)
     with pytest.raises(ValueError, match=r'proposal_nums=\(10, 20, 50\) must contain 100'):
         FastCocoMetric(ann_file=ann_file, proposal_nums=(10, 20, 50))
+
+
+def test_eval_speed_benchmark_times_both_metrics_and_finds_the_same_numbers(tmp_path):
+    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'eval_speed.py'),
+                             '--num-images', '30', '--dets-per-image', '20', '--out-dir', str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.load(open(tmp_path / 'eval_speed.json'))
+    assert [row['task'] for row in summary['rows']] == ['bbox', 'segm']
+    for row in summary['rows']:
+        assert row['num_predictions'] == 30 * 20 and row['max_metric_difference'] == 0
+        assert row['CocoMetric_s'] > 0 and row['FastCocoMetric_s'] > 0 and 0 < row['mAP'] < 1
+    assert summary['machine']['cpu'] and summary['machine']['faster-coco-eval']
+    assert (tmp_path / 'eval_speed.png').stat().st_size > 0
+    assert 'bbox + segm' in result.stdout and 'machine:' in result.stdout
