@@ -111,7 +111,7 @@ def _init_dist_pytorch(backend, init_backend='torch', **kwargs) -> None:
 def set_torch_dist_env_from_slurm(port=None) -> None:
     """Set MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK and LOCAL_RANK from the variables srun sets.
 
-    The rules are those of mmengine's ``_init_dist_slurm`` (dist/utils.py L161-205): the master is the first
+    The rules are those of mmengine's ``_init_dist_slurm`` (dist/utils.py L175-214): the master is the first
     node of SLURM_NODELIST unless MASTER_ADDR is set, the port is ``port``, else MASTER_PORT, else 29500.
     """
     required = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST', 'SLURM_LOCALID')
@@ -143,8 +143,8 @@ def _init_dist_slurm(backend, port=None, init_backend='torch', **kwargs) -> None
     """mmengine's ``_init_dist_slurm`` (the ``--launcher slurm`` path), usable without a GPU."""
     if not runs_on_cpu():
         return _upstream_init_dist_slurm(backend, port=port, init_backend=init_backend, **kwargs)
-    # mmengine 0.10.7 (dist/utils.py L207-211) calls torch.cuda.set_device(local_rank) here too, and falls
-    # back to `proc_id % torch.cuda.device_count()` (a division by zero without a GPU) for the local rank.
+    # mmengine 0.10.7 (dist/utils.py L221) calls torch.cuda.set_device(local_rank) here too, and falls back
+    # (L198) to `proc_id % torch.cuda.device_count()` (a division by zero without a GPU) for the local rank.
     _check_cpu_init_backend(init_backend)
     set_torch_dist_env_from_slurm(port)
     torch_dist.init_process_group(backend=_cpu_backend(backend), **kwargs)
@@ -214,7 +214,7 @@ def _replace_atomically(path: str, write) -> None:
 def save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None) -> None:
     """mmengine's ``save_checkpoint``, writing local files atomically.
 
-    mmengine 0.10.7 (runner/checkpoint.py L786-792) hands the serialized checkpoint to LocalBackend.put,
+    mmengine 0.10.7 (runner/checkpoint.py L791-793) hands the serialized checkpoint to LocalBackend.put,
     which opens the final path with 'wb' and writes into it: a run killed during the write (SIGKILL, the
     OOM killer, a preempted job) leaves a truncated epoch_N.pth, and --resume then fails on it.
     Remote back ends (and pavi://, file_client_args) keep mmengine's code.

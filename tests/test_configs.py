@@ -81,12 +81,17 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
     assert ours['val_evaluator.type'] == ours['test_evaluator.type'] == 'FastCocoMetric'
 
 
+# The batch size (processes x images per process) each config's learning rate was set for, by where the config
+# is: mmdet's COCO schedules are for 8 GPUs x 2 images, the demo's for 1 process x 4 images.
+BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/demo/': 4}
+
+
 @pytest.mark.parametrize('path', CONFIGS, ids=rel)
 def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_path):
-    # The batch size each learning rate was set for: mmdet's COCO schedules are for 8 GPUs x 2 images, the
-    # demo's for 1 process x 4 images. mmdet's tools/train.py --auto-scale-lr refuses a config without
-    # auto_scale_lr.enable.
-    base_batch_size = 4 if osp.basename(osp.dirname(path)) == 'demo' else 16
+    # mmdet's tools/train.py --auto-scale-lr refuses a config without auto_scale_lr.enable.
+    sizes = [size for prefix, size in BASE_BATCH_SIZES.items() if rel(path).startswith(prefix)]
+    assert sizes, f'add the base batch size of {rel(path)} (its reference run) to BASE_BATCH_SIZES'
+    base_batch_size = sizes[0]
     cfg = Config.fromfile(path)
     assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=base_batch_size)
 
