@@ -77,8 +77,9 @@ def _cpu_backend(backend: str) -> str:
     # mmengine's default is dist_cfg=dict(backend='nccl') (Runner, mmdet's default_runtime.py), and NCCL
     # only moves GPU tensors; gloo is torch.distributed's CPU backend.
     if backend == 'nccl':
-        print_log('No GPU is available: torch.distributed uses the gloo backend instead of nccl.',
-                  logger='current', level=logging.INFO)
+        if os.environ['RANK'] == '0':  # once per job (no process group yet to ask the rank)
+            print_log('No GPU is available: torch.distributed uses the gloo backend instead of nccl.',
+                      logger='current', level=logging.INFO)
         return 'gloo'
     return backend
 
