@@ -8,7 +8,7 @@ from .version import __version__
 
 compat.apply()
 
-from . import datasets, engine, models  # noqa: E402,F401  (registration)
+from . import datasets, engine, evaluation, models  # noqa: E402,F401  (registration)
 from .conditioning import condition_number, condition_tokens  # noqa: E402
 
 __all__ = ['__version__', 'condition_tokens', 'condition_number']

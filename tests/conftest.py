@@ -1,10 +1,16 @@
+import argparse
 import math
 import os.path as osp
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
+from mmengine.config import DictAction
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
 
 
 def random_tokens(batch, n, d, kappa, dtype=torch.float32, seed=0):
@@ -27,3 +33,54 @@ def shapes_root(tmp_path_factory):
     root = tmp_path_factory.mktemp('shapes')
     make_shapes_dataset(str(root), num_train=16, num_val=8, image_size=(96, 96), seed=3)
     return str(root)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that no one listens on now (the OS picks it), so that parallel runs differ."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def data_options(root, max_epochs):
+    """--cfg-options that point the demo config at a shapes dataset and make a short, quiet CPU run."""
+    ann = osp.join(root, 'annotations', 'instances_{}.json')
+    return [
+        f'train_dataloader.dataset.data_root={root}/', f'val_dataloader.dataset.data_root={root}/',
+        f'test_dataloader.dataset.data_root={root}/', f'val_evaluator.ann_file={ann.format("val")}',
+        f'test_evaluator.ann_file={ann.format("val")}', f'train_cfg.max_epochs={max_epochs}',
+        f'train_cfg.val_interval={max_epochs}', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
+        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False', 'default_hooks.checkpoint.interval=1',
+        'default_hooks.logger.interval=1', 'randomness.seed=0'
+    ]
+
+
+def cfg_options_dict(options):
+    """--cfg-options strings as the dict the tools merge into the config (parsed as by DictAction)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    return parser.parse_args(['--cfg-options', *options]).cfg_options
+
+
+def run_tool(tool, *args, env=None):
+    """Run tools/<tool> (a Python script, or a shell script with bash) and return its output (the log)."""
+    path = osp.join(REPO_ROOT, 'tools', tool)
+    command = ['bash', path] if tool.endswith('.sh') else [sys.executable, path]
+    result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
+                            env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope='session')
+def trained_checkpoint(shapes_root, tmp_path_factory):
+    """A demo model trained on the 8 val images until its COCO AP is clearly above 0 (30 iterations), so that
+    the tests that compare AP compare something."""
+    work_dir = tmp_path_factory.mktemp('trained')
+    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 15),
+             'train_dataloader.dataset.ann_file=annotations/instances_val.json',
+             'train_dataloader.dataset.data_prefix.img=val/', 'param_scheduler=[]',
+             'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=15')
+    return str(work_dir / 'epoch_15.pth')

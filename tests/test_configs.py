@@ -7,6 +7,7 @@ import mmdet
 import pytest
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
 from conftest import REPO_ROOT
@@ -88,13 +89,42 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
                             'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
     upstream = flatten(Config.fromfile(mmdet_config).to_dict())
     changed = {k for k in ours.keys() | upstream.keys() if ours.get(k, object()) != upstream.get(k, object())}
-    # condtok_mm imported, the conditioning, and the instrumentation (kappa hook, TensorBoard)
+    # condtok_mm imported, the conditioning, the instrumentation (kappa hook, TensorBoard), FastCocoMetric
     assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
         'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type',
-        'custom_hooks', 'vis_backends', 'visualizer.vis_backends'}
+        'custom_hooks', 'vis_backends', 'visualizer.vis_backends', 'val_evaluator.type', 'test_evaluator.type'}
     assert ours['custom_hooks'] == [dict(type='AttentionConditioningHook', interval=50)]
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
     assert ours['val_evaluator.metric'] == ['bbox', 'segm']
+    assert ours['val_evaluator.type'] == ours['test_evaluator.type'] == 'FastCocoMetric'
+
+
+# The batch size (processes x images per process) each config's learning rate was set for, by where the config
+# is: mmdet's COCO schedules are for 8 GPUs x 2 images, the demo's for 1 process x 4 images.
+BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
+                    'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/classification/': 1024}
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=rel)
+def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_path):
+    # mmdet's tools/train.py --auto-scale-lr refuses a config without auto_scale_lr.enable.
+    sizes = [size for prefix, size in BASE_BATCH_SIZES.items() if rel(path).startswith(prefix)]
+    assert sizes, f'add the base batch size of {rel(path)} (its reference run) to BASE_BATCH_SIZES'
+    base_batch_size = sizes[0]
+    cfg = Config.fromfile(path)
+    assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=base_batch_size)
+
+    cfg.auto_scale_lr.enable = True  # what --auto-scale-lr does
+    cfg.train_dataloader.batch_size = 3
+    cfg.work_dir = str(tmp_path)
+    runner = Runner.from_cfg(cfg)  # the data is not loaded: COCO need not be here
+    optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    config_lrs = [group['lr'] for group in optim_wrapper.param_groups]
+    runner.scale_lr(optim_wrapper, runner.auto_scale_lr)  # as Runner.train does
+    scaled_lrs = [group['lr'] for group in optim_wrapper.param_groups]
+    assert scaled_lrs == pytest.approx([lr * 3 / base_batch_size for lr in config_lrs])
+    assert config_lrs[0] == cfg.optim_wrapper.optimizer.lr
 
 
 def test_training_without_coco_stops_with_one_clear_message(tmp_path):

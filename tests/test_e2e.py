@@ -1,51 +1,18 @@
 """End-to-end runs of the tools on the demo configs, on a small shapes dataset made by the test session."""
 import glob
 import json
-import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from conftest import REPO_ROOT
-
-DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
-
-
-def data_options(root, max_epochs):
-    """Config overrides that point the demo config at ``root`` and shrink the run."""
-    ann = osp.join(root, 'annotations', 'instances_val.json')
-    options = {
-        'train_dataloader.dataset.data_root': f'{root}/', 'val_dataloader.dataset.data_root': f'{root}/',
-        'test_dataloader.dataset.data_root': f'{root}/', 'val_evaluator.ann_file': ann,
-        'test_evaluator.ann_file': ann, 'train_cfg.max_epochs': max_epochs,
-        'train_cfg.val_interval': max_epochs, 'default_hooks.checkpoint.interval': 1,
-        'default_hooks.logger.interval': 1, 'randomness.seed': 0
-    }
-    for split in ('train', 'val', 'test'):
-        options[f'{split}_dataloader.num_workers'] = 0
-        options[f'{split}_dataloader.persistent_workers'] = False
-    return options
-
-
-def cli(options):
-    """--cfg-options arguments for tools/train.py and tools/test.py."""
-    return ['--cfg-options'] + [f'{key}={value}' for key, value in options.items()]
-
-
-def run_tool(tool, *args):
-    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', tool), *args],
-                            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr
+from conftest import DEMO, cfg_options_dict, data_options, run_tool
 
 
 def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
     cfg = Config.fromfile(DEMO)
-    cfg.merge_from_dict(data_options(shapes_root, 1))
+    cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 4  # one batch of 4 images: one iteration
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.train_cfg.val_interval = 1
@@ -64,11 +31,12 @@ def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
 @pytest.mark.slow
 def test_short_training_then_test_gives_coco_metrics(shapes_root, tmp_path):
     work_dir = tmp_path / 'train'
-    run_tool('train.py', DEMO, '--work-dir', str(work_dir), *cli(data_options(shapes_root, 2)))
+    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 2))
     checkpoint = work_dir / 'epoch_2.pth'
     assert checkpoint.exists()
     log = run_tool('test.py', DEMO, str(checkpoint), '--work-dir', str(tmp_path / 'test'), '--show-dir',
-                   'vis', '--out', str(tmp_path / 'preds.pkl'), *cli(data_options(shapes_root, 2)))
+                   'vis', '--out', str(tmp_path / 'preds.pkl'), '--cfg-options',
+                   *data_options(shapes_root, 2))
     assert 'Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]' in log
     (metrics_file, ) = glob.glob(str(tmp_path / 'test' / '*' / '*.json'))
     metrics = json.load(open(metrics_file))
@@ -82,10 +50,10 @@ def test_short_training_then_test_gives_coco_metrics(shapes_root, tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_a_run(shapes_root, tmp_path):
-    run_tool('train.py', DEMO, '--work-dir', str(tmp_path), *cli(data_options(shapes_root, 1)))
+    run_tool('train.py', DEMO, '--work-dir', str(tmp_path), '--cfg-options', *data_options(shapes_root, 1))
     first = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
-    log = run_tool('train.py', DEMO, '--work-dir', str(tmp_path), '--resume',
-                   *cli(data_options(shapes_root, 2)))
+    log = run_tool('train.py', DEMO, '--work-dir', str(tmp_path), '--resume', '--cfg-options',
+                   *data_options(shapes_root, 2))
     assert 'resumed epoch: 1, iter: 4' in log  # 16 images, batch 4
     assert 'Epoch(train) [2][4/4]' in log and 'Epoch(train) [1]' not in log
     second = torch.load(tmp_path / 'epoch_2.pth', weights_only=False)
@@ -94,4 +62,4 @@ def test_resume_continues_a_run(shapes_root, tmp_path):
                            second['state_dict']['backbone.patch_embed.projection.weight'])
     # load_from a checkpoint (torch >= 2.6 weights_only default) works through tools/test.py as well
     run_tool('test.py', DEMO, str(tmp_path / 'epoch_2.pth'), '--work-dir', str(tmp_path / 'test'),
-             *cli(data_options(shapes_root, 2)))
+             '--cfg-options', *data_options(shapes_root, 2))

@@ -8,3 +8,6 @@ custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
+
+# mmpretrain's base batch size, with the switch mmdet-style --auto-scale-lr expects
+auto_scale_lr = dict(enable=False, base_batch_size=1024)

@@ -8,6 +8,8 @@ custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
+val_evaluator = dict(type='FastCocoMetric')
+test_evaluator = dict(type='FastCocoMetric')
 
 pretrained = 'https://download.openmmlab.com/mmclassification/v0/xcit/xcit-small-12-p16_3rdparty_in1k_20230213-d36779d2.pth'  # noqa
 embed_dims = 384

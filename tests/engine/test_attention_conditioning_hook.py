@@ -15,7 +15,7 @@ import condtok_mm  # noqa: F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe, find_attention_modules
 from condtok_mm.registry import HOOKS, MODELS
 from conftest import REPO_ROOT
-from test_e2e import DEMO, data_options
+from conftest import DEMO, cfg_options_dict, data_options
 
 SMALL_SWIN = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
 
@@ -89,7 +89,7 @@ def test_invalid_interval_is_rejected():
 
 def train(shapes_root, work_dir, with_hook):
     cfg = Config.fromfile(DEMO)
-    cfg.merge_from_dict(data_options(shapes_root, 1))
+    cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 8  # two iterations of 4 images
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.custom_hooks = [dict(type='AttentionConditioningHook', interval=1)] if with_hook else []
@@ -133,7 +133,7 @@ def test_recording_does_not_change_training_and_writes_log_scalars_and_tensorboa
 
 
 def test_measure_tool_writes_table_json_and_png(shapes_root, tmp_path):
-    options = [f'{k}={v}' for k, v in data_options(shapes_root, 1).items() if k.startswith('val_')]
+    options = [o for o in data_options(shapes_root, 1) if o.startswith('val_')]
     result = subprocess.run(
         [sys.executable, osp.join(REPO_ROOT, 'tools', 'analysis', 'measure_conditioning.py'), DEMO,
          '--num-images', '3', '--out-dir', str(tmp_path), '--cfg-options', *options],

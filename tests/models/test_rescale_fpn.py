@@ -7,7 +7,7 @@ from mmengine.runner import Runner
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
 from conftest import REPO_ROOT
-from test_e2e import DEMO, data_options
+from conftest import DEMO, cfg_options_dict, data_options
 
 XCIT_CONDTOK = f'{REPO_ROOT}/configs/xcit/mask-rcnn_xcit-s12-p16-condtok_rescale-fpn_ms-crop-3x_coco.py'
 
@@ -35,7 +35,7 @@ def test_xcit_condtok_mask_rcnn_trains_a_step_on_shapes(shapes_root, tmp_path):
     cfg = Config.fromfile(DEMO)
     cfg.model.backbone = xcit.backbone
     cfg.model.neck = xcit.neck
-    cfg.merge_from_dict(data_options(shapes_root, 1))
+    cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 4
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.custom_hooks = []

@@ -1,0 +1,3 @@
+from .fast_coco_metric import FastCocoMetric
+
+__all__ = ['FastCocoMetric']
