@@ -14,8 +14,7 @@ from mmengine.runner import Runner
 import condtok_mm  # noqa: F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe, find_attention_modules
 from condtok_mm.registry import HOOKS, MODELS
-from conftest import REPO_ROOT
-from conftest import DEMO, cfg_options_dict, data_options
+from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options
 
 SMALL_SWIN = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
 

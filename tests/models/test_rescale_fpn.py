@@ -6,8 +6,7 @@ from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
-from conftest import REPO_ROOT
-from conftest import DEMO, cfg_options_dict, data_options
+from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options
 
 XCIT_CONDTOK = f'{REPO_ROOT}/configs/xcit/mask-rcnn_xcit-s12-p16-condtok_rescale-fpn_ms-crop-3x_coco.py'
 
