@@ -1,5 +1,5 @@
-from .backbones import CondSwinTransformer, CondTokBackbone
+from .backbones import CondSwinTransformer, CondTokBackbone, CondViT, ViTDetViT
 from .necks import CondTokNeck
 from .token_conditioner import TokenConditioner
 
-__all__ = ['TokenConditioner', 'CondSwinTransformer', 'CondTokBackbone', 'CondTokNeck']
+__all__ = ['TokenConditioner', 'CondSwinTransformer', 'CondTokBackbone', 'CondViT', 'ViTDetViT', 'CondTokNeck']
