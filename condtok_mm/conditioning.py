@@ -31,14 +31,18 @@ where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained 
 (DCT-II) vectors out of range(X). Cost: about 3 N d^2 multiply-adds per image (Gram, X V, back-rotation).
 When N < d the same is done on X^T (the N x N Gram matrix). ``method='svd'`` computes the same correction
 from ``torch.linalg.svd`` and serves as the reference.
+
+Per-window conditioning (:func:`condition_token_windows`) applies the same construction to the token matrix
+of each attention window of a windowed-attention backbone (Swin, ViTDet) instead of the whole image.
 """
+import itertools
 import math
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 
-__all__ = ['condition_tokens', 'condition_number', 'token_correction', 'CONDITIONING_MODES',
-           'CONDITIONING_METHODS']
+__all__ = ['condition_tokens', 'condition_token_windows', 'condition_number', 'token_correction',
+           'CONDITIONING_MODES', 'CONDITIONING_METHODS']
 
 CONDITIONING_MODES = ('sigma_max', 'floor')
 CONDITIONING_METHODS = ('gram', 'svd')
@@ -281,6 +285,81 @@ class _SafeSVD(torch.autograd.Function):
 def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
     u, s, vh = _SafeSVD.apply(x)
     return (u * _lift(s, s[..., :1], mode, alpha, target_kappa).unsqueeze(-2)) @ vh
+
+
+def _window_runs(length: int, window_size: int, shift_size: int) -> List[Tuple[int, int, int]]:
+    """Cut one axis of ``length`` tokens into attention windows: runs of (start, count, window length).
+
+    The cuts lie at ``shift_size + k * window_size``. With no shift these are the windows of a window
+    partition from the top-left corner; with a shift they are the groups of tokens that attend to each
+    other under Swin's cyclic shift and attention mask, in image coordinates (the wrapped-around window
+    of the shifted frame is split by its mask into the strip before the first cut and the strip after
+    the last one). Each run is a contiguous stretch of ``count`` windows of equal length: at most a
+    head (before the first cut), a body of full windows and a tail cut by the border.
+    """
+    runs = []
+    head = min(shift_size, length)
+    if head:
+        runs.append((0, 1, head))
+    body = (length - head) // window_size
+    if body:
+        runs.append((head, body, window_size))
+    tail = length - head - body * window_size
+    if tail:
+        runs.append((head + body * window_size, 1, tail))
+    return runs
+
+
+def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int,
+                            shift_size: int = 0, where: str = 'condition_token_windows',
+                            **kwargs) -> torch.Tensor:
+    """Condition the token matrix of every attention window on its own: kappa <= target_kappa per window.
+
+    The windows are those of a windowed-attention block (Swin's W-MSA/SW-MSA, ViTDet's window blocks):
+    ``window_size`` x ``window_size`` tiles from the top-left corner of the (H, W) token grid, moved by
+    ``shift_size`` as Swin's shifted windows are (see :func:`_window_runs`). The attention pads the grid
+    to a multiple of the window size with zero tokens (after its LayerNorm); those padded tokens are not
+    part of any window's matrix here: a window cut by the border is conditioned as the matrix of its
+    real tokens only (fewer rows), and conditioning the padding would be undone anyway, since the
+    attention pads again with zeros. A window of n tokens is an n x d matrix.
+
+    All windows of one shape, across the whole batch, are conditioned by one batched
+    :func:`condition_tokens` call: one call when the grid is a multiple of the window size, at most four
+    (interior, right border, bottom border, corner) otherwise, at most nine with a shift.
+
+    Args:
+        x (Tensor): tokens of shape (B, H*W, d), row-major over the (H, W) grid.
+        hw_shape (tuple[int, int]): the grid (H, W).
+        window_size (int): side of the square attention window, >= 1.
+        shift_size (int): Swin's window shift, 0 <= shift_size < window_size. Default: 0.
+        where (str): a name for error messages.
+        **kwargs: mode, alpha, target_kappa, detach, method of :func:`condition_tokens`.
+
+    Returns:
+        Tensor: the conditioned tokens, shape and dtype of ``x``.
+    """
+    if not (isinstance(window_size, int) and window_size >= 1):
+        raise ValueError(f'{where}: window_size must be an integer >= 1, got {window_size!r}')
+    if not (isinstance(shift_size, int) and 0 <= shift_size < window_size):
+        raise ValueError(f'{where}: shift_size must be an integer in [0, window_size={window_size}), '
+                         f'got {shift_size!r}')
+    if x.dim() != 3:
+        raise ValueError(f'{where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
+    height, width = hw_shape
+    batch, num_tokens, channels = x.shape
+    if num_tokens != height * width:
+        raise ValueError(f'{where}: {num_tokens} tokens do not fill the grid hw_shape={tuple(hw_shape)} '
+                         f'({height} x {width} = {height * width})')
+    grid = x.reshape(batch, height, width, channels)
+    out = grid.new_empty(grid.shape)
+    for (top, rows, win_h), (left, cols, win_w) in itertools.product(
+            _window_runs(height, window_size, shift_size), _window_runs(width, window_size, shift_size)):
+        region = grid[:, top:top + rows * win_h, left:left + cols * win_w]
+        windows = region.reshape(batch, rows, win_h, cols, win_w, channels).permute(0, 1, 3, 2, 4, 5)
+        conditioned = condition_tokens(windows.reshape(-1, win_h * win_w, channels), where=where, **kwargs)
+        out[:, top:top + rows * win_h, left:left + cols * win_w] = conditioned.view(
+            batch, rows, cols, win_h, win_w, channels).permute(0, 1, 3, 2, 4, 5).reshape(region.shape)
+    return out.view(batch, num_tokens, channels)
 
 
 def condition_number(x: torch.Tensor) -> torch.Tensor:

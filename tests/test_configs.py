@@ -12,6 +12,7 @@ from mmengine.runner import Runner
 import condtok_mm  # noqa: F401
 from conftest import REPO_ROOT
 from condtok_mm.models import TokenConditioner
+from condtok_mm.utils import fall_back_from_amp_on_cpu
 from mmdet.registry import MODELS
 
 CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
@@ -76,6 +77,7 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
     ours = unwrapped(flatten(Config.fromfile(path).to_dict()), base)
     changed = {k for k in ours.keys() | base.keys() if ours.get(k, object()) != base.get(k, object())}
     where = {'CondSwinTransformer': 'model.backbone.condition_stages',
+             'CondViT': 'model.backbone.condition_after_pos_embed',
              'CondTokBackbone': 'model.backbone.targets'}[ours['model.backbone.type']]
     assert changed == {'model.backbone.type', 'model.backbone.conditioning.type',
                        'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
@@ -100,9 +102,10 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
 
 
 # The batch size (processes x images per process) each config's learning rate was set for, by where the config
-# is: mmdet's COCO schedules are for 8 GPUs x 2 images, the demo's for 1 process x 4 images.
+# is: mmdet's COCO schedules are for 8 GPUs x 2 images (ViTDet's for 64 GPUs x 1 image), the demo's for 1 process
+# x 4 images.
 BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
-                    'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
                     'configs/classification/': 1024}
 
 
@@ -116,6 +119,7 @@ def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_
     assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=base_batch_size)
 
     cfg.auto_scale_lr.enable = True  # what --auto-scale-lr does
+    fall_back_from_amp_on_cpu(cfg)  # as the tools do (ViTDet's recipe asks for AMP)
     cfg.train_dataloader.batch_size = 3
     cfg.work_dir = str(tmp_path)
     runner = Runner.from_cfg(cfg)  # the data is not loaded: COCO need not be here
@@ -124,7 +128,7 @@ def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_
     runner.scale_lr(optim_wrapper, runner.auto_scale_lr)  # as Runner.train does
     scaled_lrs = [group['lr'] for group in optim_wrapper.param_groups]
     assert scaled_lrs == pytest.approx([lr * 3 / base_batch_size for lr in config_lrs])
-    assert config_lrs[0] == cfg.optim_wrapper.optimizer.lr
+    assert max(config_lrs) == cfg.optim_wrapper.optimizer.lr  # below it: layer-wise decayed groups
 
 
 def test_training_without_coco_stops_with_one_clear_message(tmp_path):
@@ -136,3 +140,36 @@ def test_training_without_coco_stops_with_one_clear_message(tmp_path):
     assert 'Traceback' not in result.stderr
     assert 'COCO not found: data/coco/annotations/instances_train2017.json does not exist' in result.stderr
     assert 'make demo' in result.stderr and 'ln -s /path/to/coco data/coco' in result.stderr
+
+
+def test_vitdet_baseline_is_mmdets_published_recipe():
+    # mmdet 3.3.0 projects/ViTDet/configs/vitdet_mask-rcnn_vit-b-mae_lsj-100e.py + lsj-100e_coco-instance.py
+    cfg = Config.fromfile(osp.join(REPO_ROOT, 'configs', 'vitdet',
+                                   'mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py'))
+    ours = flatten(cfg.to_dict())
+    recipe = {
+        'model.backbone.type': 'ViTDetViT', 'model.backbone.img_size': 1024, 'model.backbone.patch_size': 16,
+        'model.backbone.embed_dim': 768, 'model.backbone.depth': 12, 'model.backbone.num_heads': 12,
+        'model.backbone.drop_path_rate': 0.1, 'model.backbone.window_size': 14,
+        'model.backbone.window_block_indexes': [0, 1, 3, 4, 6, 7, 9, 10], 'model.backbone.use_rel_pos': True,
+        'model.backbone.norm_cfg.type': 'LN', 'model.backbone.init_cfg.type': 'Pretrained',
+        'model.neck.type': 'ViTDetFPN', 'model.neck.in_channels': [192, 384, 768, 768],
+        'model.neck.out_channels': 256, 'model.neck.num_outs': 5, 'model.neck.norm_cfg.type': 'ViTDetLN2d',
+        'model.rpn_head.num_convs': 2, 'model.roi_head.bbox_head.type': 'Shared4Conv1FCBBoxHead',
+        'model.roi_head.bbox_head.norm_cfg.type': 'ViTDetLN2d',
+        'model.roi_head.mask_head.norm_cfg.type': 'ViTDetLN2d',
+        'optim_wrapper.type': 'AmpOptimWrapper',
+        'optim_wrapper.constructor': 'ViTDetLayerDecayOptimizerConstructor',
+        'optim_wrapper.paramwise_cfg.decay_rate': 0.7, 'optim_wrapper.paramwise_cfg.num_layers': 12,
+        'optim_wrapper.optimizer.type': 'AdamW', 'optim_wrapper.optimizer.lr': 1e-4,
+        'optim_wrapper.optimizer.weight_decay': 0.1, 'train_cfg.type': 'IterBasedTrainLoop',
+        'train_cfg.max_iters': 184375, 'train_dataloader.batch_size': 4, 'auto_scale_lr.base_batch_size': 64,
+        'val_evaluator.metric': ['bbox', 'segm'],
+    }
+    assert {k: ours[k] for k in recipe} == recipe
+    assert cfg.model.data_preprocessor.batch_augments == [
+        dict(type='BatchFixedSizePad', size=(1024, 1024), pad_mask=True)]
+    jitter = {t['type']: t for t in cfg.train_dataloader.dataset.pipeline}
+    assert (jitter['RandomResize']['scale'], jitter['RandomResize']['ratio_range']) == ((1024, 1024), (0.1, 2.0))
+    assert jitter['RandomCrop']['crop_size'] == (1024, 1024)
+    assert [s['milestones'] for s in cfg.param_scheduler if s['type'] == 'MultiStepLR'] == [[163889, 177546]]

@@ -1,17 +1,23 @@
 """End-to-end runs of the tools on the demo configs, on a small shapes dataset made by the test session."""
 import glob
 import json
+import os.path as osp
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from conftest import DEMO, cfg_options_dict, data_options, run_tool
+from condtok_mm.utils import fall_back_from_amp_on_cpu
+from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options, run_tool
+
+VITDET_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet-condtok_simple-fpn_12e_shapes.py')
 
 
-def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
-    cfg = Config.fromfile(DEMO)
+@pytest.mark.parametrize('config', [DEMO, VITDET_DEMO], ids=osp.basename)
+def test_one_training_step_of_the_demo_config(shapes_root, tmp_path, config):
+    cfg = Config.fromfile(config)
+    fall_back_from_amp_on_cpu(cfg)  # as the tools do: ViTDet's recipe asks for AMP, which needs a GPU
     cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 4  # one batch of 4 images: one iteration
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
@@ -21,6 +27,7 @@ def test_one_training_step_of_the_demo_config(shapes_root, tmp_path):
     before = {k: v.clone() for k, v in runner.model.state_dict().items()}
     runner.train()
     assert runner.iter == 1
+    assert type(runner.optim_wrapper).__name__ == 'OptimWrapper'
     losses = runner.message_hub.get_scalar('train/loss').current()
     assert torch.isfinite(torch.tensor(losses))
     changed = [k for k, v in runner.model.state_dict().items() if not torch.equal(v, before[k])]

@@ -1,3 +1,4 @@
 from .hooks import AttentionConditioningHook
+from .optimizers import ViTDetLayerDecayOptimizerConstructor
 
-__all__ = ['AttentionConditioningHook']
+__all__ = ['AttentionConditioningHook', 'ViTDetLayerDecayOptimizerConstructor']

@@ -1,5 +1,8 @@
-from .backbones import CondSwinTransformer, CondTokBackbone
-from .necks import CondTokNeck
+from .backbones import CondSwinTransformer, CondTokBackbone, CondViT, ViTDetViT
+from .necks import CondTokNeck, ViTDetFPN, ViTDetLN2d
 from .token_conditioner import TokenConditioner
 
-__all__ = ['TokenConditioner', 'CondSwinTransformer', 'CondTokBackbone', 'CondTokNeck']
+__all__ = [
+    'TokenConditioner', 'CondSwinTransformer', 'CondTokBackbone', 'CondViT', 'ViTDetViT', 'CondTokNeck',
+    'ViTDetFPN', 'ViTDetLN2d'
+]

@@ -1,16 +1,23 @@
 """TokenConditioner: the config-buildable module around :mod:`condtok_mm.conditioning`."""
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from mmengine.model import BaseModule
 
-from condtok_mm.conditioning import CONDITIONING_METHODS, CONDITIONING_MODES, condition_tokens
+from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, condition_token_windows,
+                                     condition_tokens)
 from condtok_mm.registry import MODELS
+
+CONDITIONING_SCOPES = ('image', 'window')
 
 
 @MODELS.register_module()
 class TokenConditioner(BaseModule):
     """Add the correction C to each image's token matrix X so that kappa(X + C) <= ``target_kappa``.
+
+    With ``scope='window'`` the bound is met by the token matrix of each attention window instead (see
+    :func:`condtok_mm.conditioning.condition_token_windows`): the paper bounds kappa of the whole X, but a
+    windowed-attention block only ever multiplies the tokens of one window with each other.
 
     It has no parameters and no buffers (adding it never changes a state dict) and is recomputed for every
     input, in training and inference. See :func:`condtok_mm.conditioning.condition_tokens` for the math.
@@ -24,6 +31,14 @@ class TokenConditioner(BaseModule):
             always well-defined choice). Default: True.
         method (str): 'gram' (Gram-matrix eigendecomposition, cheap for N >> d) or 'svd' (reference).
             Default: 'gram'.
+        scope (str): 'image' (one N x C matrix per image, the paper's construction) or 'window' (one matrix
+            per attention window; forward then needs ``hw_shape``). Default: 'image'.
+        window_size (int, optional): side of the attention window, required with ``scope='window'``,
+            e.g. 7 for Swin-T, 14 for ViTDet ViT-B. A backbone that owns the conditioner fills it in from
+            its first attention block when it is not given. Default: None.
+        shift_size (int): Swin's window shift, 0 <= shift_size < window_size, ``scope='window'`` only.
+            Swin's first block of every stage is unshifted, so conditioning a stage input uses 0.
+            Default: 0.
         init_cfg (dict, optional): unused (no parameters); kept for the BaseModule interface.
     """
 
@@ -33,6 +48,9 @@ class TokenConditioner(BaseModule):
                  target_kappa: float = 2.0,
                  detach: bool = True,
                  method: str = 'gram',
+                 scope: str = 'image',
+                 window_size: Optional[int] = None,
+                 shift_size: int = 0,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if mode not in CONDITIONING_MODES:
@@ -50,20 +68,88 @@ class TokenConditioner(BaseModule):
                              '> 1 (the paper uses 2.0)')
         if not isinstance(detach, bool):
             raise ValueError(f'TokenConditioner: detach={detach!r} is invalid; use True or False')
+        if scope not in CONDITIONING_SCOPES:
+            raise ValueError(f'TokenConditioner: scope={scope!r} is not supported; valid scopes are '
+                             f'{", ".join(CONDITIONING_SCOPES)}')
+        if scope == 'image' and (window_size is not None or shift_size != 0):
+            raise ValueError(f'TokenConditioner: window_size={window_size!r} and shift_size={shift_size!r} '
+                             "apply to scope='window' only; scope='image' conditions the whole image")
+        if scope == 'window' and not (isinstance(window_size, int) and not isinstance(window_size, bool)
+                                      and window_size >= 1):
+            raise ValueError(f"TokenConditioner: scope='window' needs window_size, an integer >= 1 (the "
+                             f'attention window of the first block), got {window_size!r}')
+        if scope == 'window' and not (isinstance(shift_size, int) and not isinstance(shift_size, bool)
+                                      and 0 <= shift_size < window_size):
+            raise ValueError(f'TokenConditioner: shift_size={shift_size!r} is invalid; use an integer in '
+                             f'[0, window_size={window_size})')
         self.mode = mode
         self.alpha = float(alpha)
         self.target_kappa = float(target_kappa)
         self.detach = detach
         self.method = method
+        self.scope = scope
+        self.window_size = window_size
+        self.shift_size = shift_size
         # Set by the owning backbone so that errors name the place, e.g. 'CondSwinTransformer stage 0'.
         self.location = type(self).__name__
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Condition tokens of shape (B, N, C): one N x C matrix per image."""
-        return condition_tokens(tokens, mode=self.mode, alpha=self.alpha,
-                                target_kappa=self.target_kappa, detach=self.detach,
-                                method=self.method, where=self.location)
+    def forward(self, tokens: torch.Tensor,
+                hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+        """Condition tokens of shape (B, N, C).
+
+        Args:
+            tokens (Tensor): (B, N, C), one N x C matrix per image, row-major over the token grid.
+            hw_shape (tuple[int, int], optional): the token grid (H, W) with H * W = N; needed by
+                ``scope='window'``, not used by ``scope='image'``.
+        """
+        options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa,
+                       detach=self.detach, method=self.method, where=self.location)
+        if self.scope == 'image':
+            return condition_tokens(tokens, **options)
+        if hw_shape is None:
+            raise ValueError(f"{self.location}: scope='window' needs the token grid: call "
+                             'conditioner(tokens, hw_shape=(H, W))')
+        return condition_token_windows(tokens, hw_shape, self.window_size, self.shift_size, **options)
 
     def extra_repr(self) -> str:
+        window = (f', window_size={self.window_size}, shift_size={self.shift_size}'
+                  if self.scope == 'window' else '')
         return (f'mode={self.mode!r}, alpha={self.alpha}, target_kappa={self.target_kappa}, '
-                f'detach={self.detach}, method={self.method!r}')
+                f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}')
+
+
+def build_token_conditioner(cfg: dict, location: str,
+                            attention_window: Optional[Tuple[int, int]]) -> torch.nn.Module:
+    """Build a conditioner for the tokens that enter an attention block, matching its window partition.
+
+    A per-window conditioner must see the windows that the block attends within; when its config leaves
+    ``window_size``/``shift_size`` out, they are taken from the block.
+
+    Args:
+        cfg (dict): the conditioner config, e.g. ``dict(type='TokenConditioner', scope='window')``.
+        location (str): where it sits, for error messages, e.g. 'CondViT patch embedding'.
+        attention_window (tuple[int, int], optional): (window_size, shift_size) of the first attention
+            block after the conditioner, or None when that block attends globally.
+
+    Raises:
+        ValueError: when a per-window conditioner does not match the block's windows.
+    """
+    cfg = dict(cfg)
+    if cfg.get('scope') == 'window' and attention_window is not None:
+        cfg.setdefault('window_size', attention_window[0])
+        cfg.setdefault('shift_size', attention_window[1])
+    elif cfg.get('scope') == 'window':
+        raise ValueError(f"{location}: scope='window' but the attention block it feeds attends globally "
+                         "(no windows); use scope='image'")
+    conditioner = MODELS.build(cfg)
+    conditioner.location = location
+    if getattr(conditioner, 'scope', 'image') == 'window':
+        own = (conditioner.window_size, conditioner.shift_size)
+        if attention_window is None or own != tuple(attention_window):
+            feeds = ('global attention' if attention_window is None else
+                     f'window_size={attention_window[0]}, shift_size={attention_window[1]}')
+            raise ValueError(
+                f'{location}: per-window conditioning uses window_size={own[0]}, shift_size={own[1]} but '
+                f'the attention block it feeds uses {feeds}; leave window_size and shift_size out of the '
+                "conditioning config to take the block's own")
+    return conditioner

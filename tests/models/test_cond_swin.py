@@ -137,3 +137,29 @@ def test_trains_with_gradients_to_patch_embedding():
     sum(o.mean() for o in out).backward()
     assert model.patch_embed.projection.weight.grad is not None
     assert torch.isfinite(model.patch_embed.projection.weight.grad).all()
+
+
+def test_per_window_conditioning_uses_the_first_blocks_windows():
+    model = build(conditioning=dict(type='TokenConditioner', scope='window'), condition_stages=(0, 1))
+    assert (model.conditioners['0'].window_size, model.conditioners['0'].shift_size) == (4, 0)
+    model.eval()
+    seen = capture_stage_inputs(model)
+    with torch.no_grad():
+        model(torch.randn(2, 3, 72, 100))  # 18 x 25 tokens: windows cut by the border at the bottom/right
+    for stage, (height, width) in ((0, (18, 25)), (1, (9, 13))):
+        grid = seen[stage].view(2, height, width, -1)
+        for top in range(0, height, 4):
+            for left in range(0, width, 4):
+                window = grid[:, top:top + 4, left:left + 4].reshape(2, -1, grid.shape[-1])
+                assert (condition_number(window) <= 2 + 1e-3).all(), (stage, top, left)
+
+
+@pytest.mark.parametrize('window, message', [
+    (dict(window_size=7), 'window_size=7, shift_size=0 but the attention block it feeds uses window_size=4, '
+     'shift_size=0'),
+    (dict(shift_size=2), "shift_size=2 but .* uses window_size=4, shift_size=0; leave window_size and "
+     'shift_size out'),
+])
+def test_per_window_conditioning_must_match_the_attention_windows(window, message):
+    with pytest.raises(ValueError, match=f'CondSwinTransformer stage 0: per-window conditioning uses .*{message}'):
+        build(conditioning=dict(type='TokenConditioner', scope='window', **window))

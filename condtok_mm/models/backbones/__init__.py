@@ -1,4 +1,6 @@
 from .cond_swin import CondSwinTransformer
+from .cond_vit import CondViT
 from .cond_wrapper import CondTokBackbone
+from .vitdet_vit import ViTDetViT
 
-__all__ = ['CondSwinTransformer', 'CondTokBackbone']
+__all__ = ['CondSwinTransformer', 'CondTokBackbone', 'CondViT', 'ViTDetViT']

@@ -4,6 +4,7 @@ from typing import Optional, Sequence
 import torch.nn as nn
 from mmdet.models.backbones import SwinTransformer
 
+from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.registry import MODELS
 
 
@@ -19,7 +20,9 @@ class CondSwinTransformer(SwinTransformer):
     Args:
         conditioning (dict, optional): config of the conditioner, e.g.
             ``dict(type='TokenConditioner', mode='sigma_max')``. ``None`` disables the conditioning, and
-            the backbone then computes exactly what SwinTransformer computes.
+            the backbone then computes exactly what SwinTransformer computes. With
+            ``scope='window'`` each window of the stage's first (unshifted) attention block is
+            conditioned on its own; window_size and shift_size default to that block's.
             Default: ``dict(type='TokenConditioner')``.
         condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
             absolute position embedding (the paper: before the first transformer block); i in 1..3 is the
@@ -47,17 +50,18 @@ class CondSwinTransformer(SwinTransformer):
         # per-stage statistics and error messages apart.
         self.conditioners = nn.ModuleDict()
         for stage in self.condition_stages:
-            conditioner = MODELS.build(conditioning)
-            conditioner.location = f'{type(self).__name__} stage {stage}'
-            self.conditioners[str(stage)] = conditioner
+            first_attention = self.stages[stage].blocks[0].attn  # ShiftWindowMSA, unshifted
+            self.conditioners[str(stage)] = build_token_conditioner(
+                conditioning, f'{type(self).__name__} stage {stage}',
+                attention_window=(first_attention.window_size, first_attention.shift_size))
 
-    def _condition(self, stage: int, tokens):
+    def _condition(self, stage: int, tokens, hw_shape):
         conditioner = self.conditioners[str(stage)] if str(stage) in self.conditioners else None
-        return tokens if conditioner is None else conditioner(tokens)
+        return tokens if conditioner is None else conditioner(tokens, hw_shape)
 
     def forward(self, x):
         x, hw_shape = self.patch_embed(x)
-        x = self._condition(0, x)
+        x = self._condition(0, x, hw_shape)
 
         if self.use_abs_pos_embed:
             x = x + self.absolute_pos_embed
@@ -66,7 +70,7 @@ class CondSwinTransformer(SwinTransformer):
         outs = []
         for i, stage in enumerate(self.stages):
             if i > 0:
-                x = self._condition(i, x)
+                x = self._condition(i, x, hw_shape)
             x, hw_shape, out, out_hw_shape = stage(x, hw_shape)
             if i in self.out_indices:
                 norm_layer = getattr(self, f'norm{i}')

@@ -1,0 +1,3 @@
+from .layer_decay import ViTDetLayerDecayOptimizerConstructor
+
+__all__ = ['ViTDetLayerDecayOptimizerConstructor']

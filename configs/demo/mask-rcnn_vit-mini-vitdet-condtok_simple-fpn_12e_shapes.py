@@ -1,0 +1,10 @@
+# CPU-sized conditioned ViTDet demo: the baseline demo plus the conditioning (the same lines as
+# configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py adds to its twin).
+_base_ = './mask-rcnn_vit-mini-vitdet_simple-fpn_12e_shapes.py'
+
+model = dict(
+    backbone=dict(
+        type='CondViT',
+        conditioning=dict(type='TokenConditioner', mode='sigma_max', alpha=1.0, target_kappa=2.0,
+                          detach=True),
+        condition_after_pos_embed=False))
