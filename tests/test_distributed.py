@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from mmengine.config import Config
 
 from conftest import DEMO, REPO_ROOT, data_options, free_port, run_tool
 
@@ -37,12 +38,14 @@ def test_dist_train_runs_two_processes_on_cpu_and_scales_the_lr(shapes_root, tmp
     # 2 processes x 4 images is twice the demo's base batch size; each process trains on 4 of the 8 images
     assert ('LR is set based on batch size of 4 and the current batch size is 8. Scaling the original LR by '
             '2.0.') in log
+    scaled_lr = 2 * Config.fromfile(DEMO).optim_wrapper.optimizer.lr
     # the warm-up starts at 0.01 x lr, for the lr reported as base_lr as well
-    assert re.search(r'Epoch\(train\) \[1\]\[1/1\]  base_lr: 8\.0000e-06 lr: 8\.0000e-06', log)
+    warm_up_lr = f'{0.01 * scaled_lr:.4e}'
+    assert f'Epoch(train) [1][1/1]  base_lr: {warm_up_lr} lr: {warm_up_lr}' in log
     checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
     optimizer = checkpoint['optimizer']
-    assert {group['initial_lr'] for group in optimizer['param_groups']} == {8e-4}
-    assert optimizer['base_param_settings']['initial_lr'] == 8e-4
+    assert {group['initial_lr'] for group in optimizer['param_groups']} == {scaled_lr}
+    assert optimizer['base_param_settings']['initial_lr'] == scaled_lr
     assert len(checkpoint['message_hub']['runtime_info']['condtok_mm_random_states']) == 2  # one per rank
 
 
