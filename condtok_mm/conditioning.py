@@ -28,7 +28,8 @@ since forming G squares kappa), the non-null directions need no explicit U:
     plus  U_0 D_0 V_0^T             on the null directions V_0 (s_i <= tol * s_1),
 
 where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained by projecting fixed cosine
-(DCT-II) vectors out of range(X). Cost: about 3 N d^2 multiply-adds per image (Gram, X V, back-rotation).
+(DCT-II) vectors out of range(X). The first term is X + X M with the d x d matrix M = V D S^-1 V^T, so the
+cost is about 2 N d^2 multiply-adds per image (the Gram matrix and X M).
 When N < d the same is done on X^T (the N x N Gram matrix). ``method='svd'`` computes the same correction
 from ``torch.linalg.svd`` and serves as the reference.
 
@@ -56,6 +57,9 @@ RANK_RTOL = 1e-5
 # Extra candidate vectors for the null-space completion, so that a few candidates that happen to lie
 # (almost) in range(X) still leave k good ones.
 _COMPLETION_OVERSAMPLING = 4
+# A Gram matrix whose largest diagonal entry is below this is recomputed from rescaled tokens: its
+# entries may have underflowed (float64 tokens below ~1e-100), or the sample is zero.
+_GRAM_FLOOR = 1e-200
 
 
 def _check_arguments(mode: str, alpha: float, target_kappa: float, method: str) -> None:
@@ -121,19 +125,19 @@ def _complete_null_space(x: torch.Tensor, v_range: torch.Tensor, inv_s2: torch.T
     return z @ (w * lam.rsqrt().unsqueeze(-2))
 
 
-def _correction_gram_tall(x: torch.Tensor, mode: str, alpha: float,
+def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float,
                           target_kappa: float) -> Optional[torch.Tensor]:
-    """C for float64 x of shape (B, N, d) with N >= d, through the d x d Gram matrix."""
-    lam, v = torch.linalg.eigh(x.transpose(-1, -2) @ x)  # ascending
+    """C for float64 x of shape (B, N, d) with N >= d, from its d x d Gram matrix ``gram``."""
+    lam, v = torch.linalg.eigh(gram)  # ascending
     s = lam.clamp_min(0).sqrt()
     s1 = s[..., -1:]
     has_signal = s1 > 0
     null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
     lift = _lift(s, s1, mode, alpha, target_kappa) * has_signal
-    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
+    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added; summed over
+    # i this is X M with the d x d matrix M = V diag(D/S) V^T: one N x d x d product.
     scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
-    xv = x @ v
-    left = xv * scale.unsqueeze(-2)
+    correction = x @ ((v * scale.unsqueeze(-2)) @ v.transpose(-1, -2))
     null_count = null.sum(-1)
     k = int(null_count.max())
     if k:
@@ -141,10 +145,10 @@ def _correction_gram_tall(x: torch.Tensor, mode: str, alpha: float,
         completion = _complete_null_space(x, v, inv_s2, null_count)
         if completion is None:
             return None
-        # Null direction j (j < k_b) of sample b takes completion vector j, lifted by D_j.
+        # Null direction j (j < k_b) of sample b: completion vector j times D_j times v_j^T.
         null_lift = (lift * null)[..., :k]
-        left[..., :k] = left[..., :k] + completion * null_lift.unsqueeze(-2)
-    return left @ v.transpose(-1, -2)
+        correction.baddbmm_(completion, null_lift.unsqueeze(-1) * v[..., :k].transpose(-1, -2))
+    return correction
 
 
 def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
@@ -155,25 +159,38 @@ def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: floa
 
 
 def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
-                     target_kappa: float = 2.0, method: str = 'gram') -> torch.Tensor:
-    """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks."""
+                     target_kappa: float = 2.0, method: str = 'gram',
+                     where: str = 'token_correction') -> torch.Tensor:
+    """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
+
+    Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
+    """
     if alpha == 0:
         return torch.zeros_like(x)
-    # Scale each sample to max |x| = 1 so that the Gram matrix neither overflows nor underflows;
-    # C is homogeneous of degree 1 in X, so it is scaled back afterwards.
-    amax = x.abs().amax(dim=(-2, -1), keepdim=True)
-    unit = x / torch.where(amax > 0, amax, torch.ones_like(amax))
-    wide = unit.shape[-2] < unit.shape[-1]
-    if wide:  # kappa and the construction are the same for X^T; work with the tall one
-        unit = unit.transpose(-1, -2)
+    wide = x.shape[-2] < x.shape[-1]
+    tall = x.transpose(-1, -2) if wide else x  # kappa and the construction are the same for X^T
     correction = None
     if method == 'gram':
-        correction = _correction_gram_tall(unit, mode, alpha, target_kappa)
+        gram = tall.transpose(-1, -2) @ tall
+        # Squares of float32/16 values neither overflow nor underflow in float64, so the Gram matrix of
+        # the tokens themselves is usable; NaN/Inf in x always reach its diagonal. Only float64 tokens of
+        # extreme magnitude (or all-zero ones) take the rescaled path below.
+        largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
+        if bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
+            correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa)
+            if correction is not None:
+                return correction.transpose(-1, -2) if wide else correction
+    _check_finite(x, where)
+    # Scale each sample to max |x| = 1 so that the Gram matrix neither overflows nor underflows;
+    # C is homogeneous of degree 1 in X, so it is scaled back afterwards.
+    amax = tall.abs().amax(dim=(-2, -1), keepdim=True)
+    unit = tall / torch.where(amax > 0, amax, torch.ones_like(amax))
+    if method == 'gram':
+        correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa)
     if correction is None:  # method='svd', or the Gram path's completion had no room to work
         correction = _correction_svd(unit, mode, alpha, target_kappa)
-    if wide:
-        correction = correction.transpose(-1, -2)
-    return correction * amax
+    correction = correction * amax
+    return correction.transpose(-1, -2) if wide else correction
 
 
 def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
@@ -210,11 +227,12 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     batched = x if x.dim() == 3 else x.unsqueeze(0)
     if batched.numel() == 0:
         return x
-    _check_finite(batched, where)
     if detach or not torch.is_grad_enabled() or not x.requires_grad:
         with torch.no_grad():
-            correction = token_correction(batched.detach().double(), mode, alpha, target_kappa, method)
+            correction = token_correction(batched.detach().double(), mode, alpha, target_kappa, method,
+                                          where)
     else:
+        _check_finite(batched, where)
         correction = _DifferentiableCorrection.apply(batched, mode, alpha, target_kappa, method)
     out = batched + correction.to(x.dtype)
     return out if x.dim() == 3 else out.squeeze(0)
