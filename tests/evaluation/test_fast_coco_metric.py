@@ -166,3 +166,7 @@ def test_eval_speed_benchmark_times_both_metrics_and_finds_the_same_numbers(tmp_
     assert summary['machine']['cpu'] and summary['machine']['faster-coco-eval']
     assert (tmp_path / 'eval_speed.png').stat().st_size > 0
     assert 'bbox + segm' in result.stdout and 'machine:' in result.stdout
+    # 2 processes (the default --processes 1 2): each rank holds half of the predictions, rank 0 gathers
+    assert sorted((row['task'], row['processes']) for row in summary['processes']) == [('bbox', 2), ('segm', 2)]
+    for row in summary['processes']:
+        assert row['seconds'] > 0 and row['max_metric_difference_to_single'] == 0

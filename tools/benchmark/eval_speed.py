@@ -1,6 +1,8 @@
-"""Time COCO evaluation: FastCocoMetric (faster-coco-eval) against mmdet's CocoMetric (pycocotools).
+"""Time COCO evaluation: FastCocoMetric (faster-coco-eval) against mmdet's CocoMetric (pycocotools), and
+FastCocoMetric in 1 vs 2 processes.
 
-    python tools/benchmark/eval_speed.py [--num-images 5000] [--out-dir work_dirs/benchmark/eval_speed]
+    python tools/benchmark/eval_speed.py [--num-images 5000] [--processes 1 2]
+                                         [--out-dir work_dirs/benchmark/eval_speed]
 
 The evaluation set is COCO-sized and synthetic, generated deterministically from --seed: --num-images
 images of COCO's sizes, 80 classes, on average 7.3 objects per image with polygon masks (COCO val2017: 36,781
@@ -10,14 +12,22 @@ polygon, the right class 90% of the time), the rest false positives. Both metric
 predictions; the time of ``metric.evaluate()`` (what a val/test epoch spends after inference: result
 conversion, COCO matching, accumulation, summary) is measured once for bbox and once for segm.
 
+With more than one process (--processes, gloo on 127.0.0.1, as tools/dist_test.sh runs without a GPU),
+each rank holds the predictions of its share of the images, as mmengine's DefaultSampler deals them out,
+and ``evaluate()`` is what a distributed test spends after inference: gathering every rank's results on
+rank 0 (mmengine's collect_results), the COCO evaluation there, and broadcasting the metrics. The metrics
+must equal the 1-process ones; the table gives rank 0's time.
+
 Prints a table, writes eval_speed.json and eval_speed.png to --out-dir, and says what machine it ran on.
 """
 import argparse
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import os.path as osp
 import platform
+import socket
 import sys
 import tempfile
 import time
@@ -41,10 +51,14 @@ def parse_args():
     parser.add_argument('--num-images', type=int, default=5000, help='images (COCO val2017 has 5000)')
     parser.add_argument('--dets-per-image', type=int, default=100, help='predictions per image')
     parser.add_argument('--seed', type=int, default=0, help='seed of the synthetic set')
+    parser.add_argument('--processes', type=int, nargs='+', default=[1, 2],
+                        help='process counts to time FastCocoMetric with (1 is always timed)')
     parser.add_argument('--out-dir', default='work_dirs/benchmark/eval_speed', help='where to write results')
     args = parser.parse_args()
     if args.num_images < 1 or args.dets_per_image < 1:
         parser.error('--num-images and --dets-per-image must be positive')
+    if min(args.processes) < 1:
+        parser.error('--processes must be positive')
     return args
 
 
@@ -110,17 +124,64 @@ def make_evaluation_set(num_images, dets_per_image, seed):
     return dict(images=images, annotations=annotations, categories=categories), samples
 
 
-def time_evaluation(metric_class, ann_file, task, samples):
-    """Seconds that ``evaluate()`` of a freshly built metric takes for one task, and its results."""
+def processed_metric(metric_class, ann_file, task, samples):
+    """A freshly built metric that has processed ``samples`` for one task, ready for ``evaluate()``."""
     metric = metric_class(ann_file=ann_file, metric=task)
     metric.dataset_meta = dict(classes=tuple(f'class_{i}' for i in range(1, NUM_CLASSES + 1)))
     if task == 'bbox':  # without masks, as a box-only detector's results: no segm results are written
         samples = [dict(s, pred_instances={k: v for k, v in s['pred_instances'].items() if k != 'masks'})
                    for s in samples]
     metric.process({}, samples)
+    return metric
+
+
+def time_evaluation(metric_class, ann_file, task, samples):
+    """Seconds that ``evaluate()`` of a freshly built metric takes for one task, and its results."""
+    metric = processed_metric(metric_class, ann_file, task, samples)
     start = time.perf_counter()
     results = metric.evaluate(len(samples))
     return time.perf_counter() - start, results
+
+
+def distributed_rank(rank, world_size, port, ann_file, samples, queue):
+    """One rank of a distributed FastCocoMetric evaluation; rank 0 reports (task, seconds, results)."""
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    try:
+        for task in ('bbox', 'segm'):
+            # DefaultSampler(shuffle=False) gives rank r the images r, r + world_size, ...
+            metric = processed_metric(FastCocoMetric, ann_file, task, samples[rank::world_size])
+            dist.barrier()
+            start = time.perf_counter()
+            results = metric.evaluate(len(samples))
+            if rank == 0:
+                queue.put((task, time.perf_counter() - start, results))
+    finally:
+        dist.destroy_process_group()
+
+
+def time_distributed_evaluation(world_size, ann_file, samples):
+    """{task: (rank 0's evaluate() seconds, results)} of FastCocoMetric over ``world_size`` processes."""
+    with socket.socket() as sock:  # a free port, chosen by the OS
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    context = multiprocessing.get_context('spawn')
+    queue = context.SimpleQueue()
+    ranks = [context.Process(target=distributed_rank, args=(rank, world_size, port, ann_file, samples, queue))
+             for rank in range(world_size)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
+    failed = [rank for rank, process in enumerate(ranks) if process.exitcode != 0]
+    if failed:
+        raise RuntimeError(f'distributed evaluation with {world_size} processes failed on ranks {failed}')
+    measured = {}
+    while not queue.empty():
+        task, seconds, results = queue.get()
+        measured[task] = (seconds, results)
+    return measured
 
 
 def machine_description():
@@ -178,6 +239,10 @@ def main():
         for task, metric_class in tqdm(runs, desc='timing evaluate()', unit='run'):
             seconds[task, metric_class.__name__], results[task, metric_class.__name__] = time_evaluation(
                 metric_class, ann_file, task, samples)
+        distributed = {}
+        for world_size in tqdm(sorted(set(args.processes) - {1}), desc='timing distributed evaluate()',
+                               unit='run'):
+            distributed[world_size] = time_distributed_evaluation(world_size, ann_file, samples)
     for task in ('bbox', 'segm'):
         reference, fast = results[task, 'CocoMetric'], results[task, 'FastCocoMetric']
         metric_differences[task] = max(abs(fast[key] - reference[key]) for key in reference)
@@ -187,6 +252,14 @@ def main():
                          FastCocoMetric_s=seconds[task, 'FastCocoMetric'],
                          speedup=seconds[task, 'CocoMetric'] / seconds[task, 'FastCocoMetric'],
                          mAP=reference[f'coco/{task}_mAP'], max_metric_difference=metric_differences[task]))
+    process_rows = []
+    for world_size, measured in distributed.items():
+        for task, (task_seconds, task_results) in measured.items():
+            single = results[task, 'FastCocoMetric']
+            process_rows.append(dict(
+                task=task, processes=world_size, seconds=task_seconds,
+                single_process_s=seconds[task, 'FastCocoMetric'],
+                max_metric_difference_to_single=max(abs(task_results[k] - single[k]) for k in single)))
     total_reference = sum(row['CocoMetric_s'] for row in rows)
     total_fast = sum(row['FastCocoMetric_s'] for row in rows)
     machine['load_average_at_end'] = os.getloadavg() if hasattr(os, 'getloadavg') else None
@@ -200,11 +273,18 @@ def main():
               f'{row["speedup"]:8.2f}x {row["mAP"]:6.3f} {row["max_metric_difference"]:11.1e}')
     print(f'{"bbox + segm":<12} {total_reference:10.1f}s {total_fast:14.1f}s '
           f'{total_reference / total_fast:8.2f}x')
+    if process_rows:
+        print('\nFastCocoMetric evaluate() in a distributed test (gather on rank 0 + evaluation):')
+        print(f'{"task":<6} {"processes":>9} {"time":>8} {"1 process":>10} {"max |diff| to 1 process":>25}')
+        for row in process_rows:
+            print(f'{row["task"]:<6} {row["processes"]:>9} {row["seconds"]:7.1f}s '
+                  f'{row["single_process_s"]:9.1f}s {row["max_metric_difference_to_single"]:25.1e}')
     print(f'machine: {machine["cpu"]}, {machine["usable_cpus"]} usable CPUs; load average at start '
           f'{machine["load_average_at_start"]}, at end {machine["load_average_at_end"]}')
 
     summary = dict(command=' '.join(sys.argv), num_images=args.num_images, dets_per_image=args.dets_per_image,
                    num_objects=len(coco['annotations']), num_classes=NUM_CLASSES, seed=args.seed, rows=rows,
+                   processes=process_rows,
                    total=dict(CocoMetric_s=total_reference, FastCocoMetric_s=total_fast,
                               speedup=total_reference / total_fast), machine=machine)
     json_path, png_path = osp.join(args.out_dir, 'eval_speed.json'), osp.join(args.out_dir, 'eval_speed.png')
