@@ -1,0 +1,36 @@
+import json
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+
+
+@pytest.mark.slow
+def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path):
+    """A small Swin-T Mask R-CNN pair: medians of both phases, peak memory of both, the conditioner against
+    the plain SVD on the tokens the model's conditioner received, kappa <= 2 after both."""
+    result = subprocess.run(
+        [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'overhead.py'), '--models', 'swin-t',
+         '--size', '128', '160', '--repeats', '2', '--conditioner-repeats', '1', '--device', 'cpu',
+         '--out-dir', str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.load(open(tmp_path / 'overhead.json'))
+    swin = summary['results']['swin-t']
+    assert swin['size'] == [128, 160] and swin['step_goal_percent'] == 1.0
+    for phase in ('train', 'inference'):
+        assert all(len(swin['times'][phase][variant]) == 2 for variant in ('baseline', 'conditioned'))
+        assert swin[phase]['baseline_s'] > 0 and swin[phase]['conditioned_s'] > 0
+    process = swin['memory']['peaks']['process']
+    assert swin['memory']['kind'] == 'peak RSS of the process'
+    assert process['baseline_bytes'] > 2**27 and process['conditioned_bytes'] > 2**27
+    conditioner = swin['conditioner']
+    assert conditioner['tokens_shape'] == [1, 32 * 40, 96]  # stride-4 patch embedding of 128 x 160
+    for implementation in ('conditioner', 'torch.linalg.svd'):
+        assert conditioner[implementation]['kappa_before_max'] > 10
+        assert conditioner[implementation]['kappa_after_max'] == pytest.approx(2.0, abs=1e-3)
+    assert (tmp_path / 'overhead.png').stat().st_size > 0
+    assert 'swin-t    train' in result.stdout and 'machine:' in result.stdout
+    assert 'paramwise_options' not in result.stdout + result.stderr

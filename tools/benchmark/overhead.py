@@ -1,0 +1,335 @@
+"""Cost of the conditioning: training-step and inference time and peak memory, baseline vs conditioned twin.
+
+    python tools/benchmark/overhead.py [--models swin-t vitdet-b] [--batch 1] [--repeats 3]
+                                       [--device cpu|cuda] [--out-dir work_dirs/benchmark/overhead]
+
+For each model, the baseline config and its conditioned twin are built in one process with the same
+random weights (pretrained init_cfg dropped: nothing is downloaded) and the config's own optimizer wrapper,
+and fed the same synthetic batch (mmdet's ``demo_mm_inputs``: boxes and masks, COCO's 80 classes):
+
+- swin-t:   configs/swin/mask-rcnn_swin-t-p4-w7{,-condtok}_fpn_1x_coco.py at 800x1333 (padded to 800x1344);
+- vitdet-b: configs/vitdet/mask-rcnn_vit-b-vitdet{,-condtok}_simple-fpn_lsj-100e_coco.py at 1024x1024.
+
+A training step is mmengine's ``model.train_step`` (data preprocessing, forward, backward, optimizer step);
+inference is ``model.test_step``. After a warm-up, baseline and conditioned steps alternate (ABBA order, so
+drift hits both alike) for --repeats rounds; the tables give medians and their ratio. On a GPU the steps
+are timed with CUDA events and peak memory is ``torch.cuda.max_memory_allocated``; on a CPU, wall clock
+and the peak resident set size of a fresh process per variant that builds the model and runs one training
+step and one inference (the RSS includes the process's libraries and weights, the same for both).
+
+It also times the conditioner alone on the token matrices it receives in that step against a plain
+``torch.linalg.svd`` implementation of the same correction (C = s_1/(t-1) U V^T in the tokens' dtype), and
+checks kappa(X + C) <= target_kappa for both.
+
+Goals (issue 7): step-time overhead <= 1 % for Swin-T, <= 2 % for ViTDet-B; <= 1 % extra peak memory.
+Prints the tables, writes overhead.json and overhead.png to --out-dir, and says what machine it ran on.
+"""
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import os.path as osp
+import platform
+import resource
+import statistics
+import sys
+import time
+
+import matplotlib
+import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+from tqdm import tqdm
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, REPO_ROOT)
+import condtok_mm  # noqa: E402,F401
+from condtok_mm.conditioning import condition_number  # noqa: E402
+from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
+from condtok_mm.registry import MODELS  # noqa: E402
+from condtok_mm.utils import fall_back_from_amp_on_cpu  # noqa: E402
+
+MODEL_PAIRS = {
+    'swin-t': dict(
+        baseline='configs/swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
+        conditioned='configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
+        size=(800, 1333), step_goal=1.0),
+    'vitdet-b': dict(
+        baseline='configs/vitdet/mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py',
+        conditioned='configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py',
+        size=(1024, 1024), step_goal=2.0),
+}
+MEMORY_GOAL = 1.0  # % extra peak memory
+VARIANTS = ('baseline', 'conditioned')
+OBJECTS_PER_IMAGE = 8
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Time and memory of baseline vs conditioned detectors')
+    parser.add_argument('--models', nargs='+', default=list(MODEL_PAIRS), choices=list(MODEL_PAIRS),
+                        help='which model pairs to measure')
+    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
+                        help='image size for every model (default: 800x1333 Swin-T, 1024x1024 ViTDet-B)')
+    parser.add_argument('--batch', type=int, default=1, help='images per step')
+    parser.add_argument('--repeats', type=int, default=3, help='timed rounds (each: both variants)')
+    parser.add_argument('--conditioner-repeats', type=int, default=5, help='timed calls of the conditioner')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
+                        choices=['cpu', 'cuda'])
+    parser.add_argument('--skip-memory', action='store_true', help='do not measure peak memory')
+    parser.add_argument('--out-dir', default='work_dirs/benchmark/overhead', help='where to write results')
+    args = parser.parse_args()
+    if args.batch < 1 or args.repeats < 1 or args.conditioner_repeats < 1:
+        parser.error('--batch, --repeats and --conditioner-repeats must be positive')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda: no CUDA device is available here; use --device cpu')
+    return args
+
+
+def machine(device):
+    accelerator = torch.cuda.get_device_name() if device == 'cuda' else 'CPU only'
+    return (f'{platform.machine()}, {os.cpu_count()} CPU cores ({torch.get_num_threads()} torch threads), '
+            f'{accelerator}, torch {torch.__version__}')
+
+
+def build(config, device):
+    """The detector of ``config`` with random weights and the config's optimizer wrapper."""
+    # the optimizer constructor logs one INFO line per parameter group; keep the tables readable
+    MMLogger.get_current_instance().setLevel(logging.WARNING)
+    cfg = Config.fromfile(osp.join(REPO_ROOT, config))
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    cfg.model.backbone.pop('init_cfg', None)  # random weights: nothing is downloaded
+    if device == 'cpu':
+        fall_back_from_amp_on_cpu(cfg)
+    model = MODELS.build(cfg.model).to(device)
+    model.train()
+    return model, build_optim_wrapper(model, cfg.optim_wrapper)
+
+
+def synthetic_batch(size, batch, device):
+    from mmdet.testing import demo_mm_inputs
+    torch.manual_seed(0)
+    data = demo_mm_inputs(batch, [(3, *size)] * batch, num_items=[OBJECTS_PER_IMAGE] * batch,
+                          num_classes=80, with_mask=True, device=device)
+    for sample in data['data_samples']:
+        sample.set_metainfo(dict(scale_factor=(1.0, 1.0)))  # the images are at the size the model sees
+    return data
+
+
+class Timer:
+    """Seconds of a callable: CUDA events on a GPU, wall clock on a CPU."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __call__(self, fn):
+        if self.device == 'cuda':
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1000
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+
+def train_step(model, optim_wrapper, data):
+    model.train()
+    model.train_step(data, optim_wrapper)
+
+
+def inference(model, data):
+    model.eval()
+    with torch.no_grad():
+        model.test_step(data)
+
+
+def capture_conditioner_input(model, run):
+    """The first TokenConditioner of ``model`` and the tokens (with the keyword arguments, e.g. hw_shape)
+    it receives while ``run()`` executes."""
+    conditioner = next(m for m in model.modules() if isinstance(m, TokenConditioner))
+    captured = []
+    handle = conditioner.register_forward_hook(
+        lambda module, args, kwargs, output: captured.append((args[0].detach(), kwargs)), with_kwargs=True)
+    run()
+    handle.remove()
+    tokens, kwargs = captured[0]
+    return conditioner, tokens, kwargs
+
+
+def svd_correction(tokens, target_kappa):
+    """The plain implementation: X + s_1/(t-1) U V^T from a thin SVD in the tokens' dtype."""
+    u, s, vh = torch.linalg.svd(tokens, full_matrices=False)
+    return tokens + (s[..., :1, None] / (target_kappa - 1)) * (u @ vh)
+
+
+def time_conditioner(conditioner, tokens, kwargs, timer, repeats):
+    """Median seconds and max kappa after, for the conditioner and for the plain SVD implementation."""
+    results = {}
+    with torch.no_grad():
+        for name, fn in (('conditioner', lambda: conditioner(tokens, **kwargs)),
+                         ('torch.linalg.svd', lambda: svd_correction(tokens, conditioner.target_kappa))):
+            fn()  # warm-up
+            seconds = statistics.median(timer(fn) for _ in range(repeats))
+            results[name] = dict(seconds=seconds, kappa_after_max=float(condition_number(fn()).max()),
+                                 kappa_before_max=float(condition_number(tokens).max()))
+    return results
+
+
+def peak_memory_child(config, size, batch, device, queue):
+    """Runs in a fresh process: peak memory of one training step and one inference."""
+    model, optim_wrapper = build(config, device)
+    data = synthetic_batch(size, batch, device)
+    if device == 'cuda':
+        peaks = {}
+        for name, fn in (('train', lambda: train_step(model, optim_wrapper, data)),
+                         ('inference', lambda: inference(model, data))):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            peaks[name] = torch.cuda.max_memory_allocated()
+        queue.put(dict(kind='torch.cuda.max_memory_allocated', peaks=peaks))
+        return
+    train_step(model, optim_wrapper, data)
+    inference(model, data)
+    # ru_maxrss is in KiB on Linux; it covers the whole process (build, step, inference)
+    queue.put(dict(kind='peak RSS of the process',
+                   peaks=dict(process=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
+
+
+def peak_memory(config, size, batch, device):
+    context = multiprocessing.get_context('spawn')
+    queue = context.Queue()
+    process = context.Process(target=peak_memory_child, args=(config, size, batch, device, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    if process.exitcode != 0:
+        raise RuntimeError(f'the memory measurement of {config} failed (exit code {process.exitcode})')
+    return result
+
+
+def measure_pair(name, pair, args, timer):
+    size = tuple(args.size or pair['size'])
+    torch.manual_seed(0)
+    models = {}
+    for variant in VARIANTS:
+        models[variant] = build(pair[variant], args.device)
+    # Same weights for both; the conditioning adds no parameters, so the keys match.
+    models['conditioned'][0].load_state_dict(models['baseline'][0].state_dict())
+    data = synthetic_batch(size, args.batch, args.device)
+
+    conditioner, tokens, conditioner_kwargs = capture_conditioner_input(
+        models['conditioned'][0], lambda: train_step(*models['conditioned'], data))  # doubles as warm-up
+    train_step(*models['baseline'], data)
+    for variant in VARIANTS:
+        inference(models[variant][0], data)
+
+    times = {phase: {variant: [] for variant in VARIANTS} for phase in ('train', 'inference')}
+    for round_index in tqdm(range(args.repeats), desc=f'{name}: timing steps'):
+        order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
+        for variant in order:
+            model, optim_wrapper = models[variant]
+            times['train'][variant].append(timer(lambda: train_step(model, optim_wrapper, data)))
+        for variant in order[::-1]:
+            times['inference'][variant].append(timer(lambda: inference(models[variant][0], data)))
+    result = dict(baseline_config=pair['baseline'], conditioned_config=pair['conditioned'],
+                  size=list(size), batch=args.batch, step_goal_percent=pair['step_goal'], times=times)
+    for phase, per_variant in times.items():
+        base, cond = (statistics.median(per_variant[v]) for v in VARIANTS)
+        result[phase] = dict(baseline_s=base, conditioned_s=cond, overhead_percent=100 * (cond / base - 1))
+    result['conditioner'] = dict(tokens_shape=list(tokens.shape), dtype=str(tokens.dtype),
+                                 **time_conditioner(conditioner, tokens, conditioner_kwargs, timer,
+                                                    args.conditioner_repeats))
+    # The conditioner's own time against the step: a low-noise estimate of the train-step overhead.
+    result['conditioner']['percent_of_baseline_train_step'] = (
+        100 * result['conditioner']['conditioner']['seconds'] / result['train']['baseline_s'])
+    del models, tokens, conditioner, conditioner_kwargs
+
+    if not args.skip_memory:
+        memory = {v: peak_memory(pair[v], size, args.batch, args.device) for v in
+                  tqdm(VARIANTS, desc=f'{name}: peak memory (one process each)')}
+        base, cond = memory['baseline']['peaks'], memory['conditioned']['peaks']
+        result['memory'] = dict(kind=memory['baseline']['kind'], peaks={
+            phase: dict(baseline_bytes=base[phase], conditioned_bytes=cond[phase],
+                        overhead_percent=100 * (cond[phase] / base[phase] - 1)) for phase in base})
+    return result
+
+
+def verdict(value, goal):
+    return 'met' if value <= goal else 'NOT met'
+
+
+def print_tables(results, args):
+    print(f'machine: {machine(args.device)}')
+    print(f'{"model":<9} {"phase":<10} {"baseline":>11} {"conditioned":>12} {"overhead":>9}  goal')
+    for name, r in results.items():
+        for phase in ('train', 'inference'):
+            p = r[phase]
+            goal = f'<= {r["step_goal_percent"]:g} %: {verdict(p["overhead_percent"], r["step_goal_percent"])}' \
+                if phase == 'train' else ''
+            print(f'{name:<9} {phase:<10} {p["baseline_s"]:>9.3f} s {p["conditioned_s"]:>10.3f} s '
+                  f'{p["overhead_percent"]:>+8.2f}%  {goal}')
+        for phase, m in r.get('memory', {}).get('peaks', {}).items():
+            print(f'{name:<9} {"mem " + phase:<10} {m["baseline_bytes"] / 2**30:>7.3f} GiB '
+                  f'{m["conditioned_bytes"] / 2**30:>8.3f} GiB {m["overhead_percent"]:>+8.2f}%  '
+                  f'<= {MEMORY_GOAL:g} %: {verdict(m["overhead_percent"], MEMORY_GOAL)} ({r["memory"]["kind"]})')
+    print(f'\n{"model":<9} {"tokens (B, N, d)":<22} {"implementation":<17} {"time":>10} {"kappa before":>13} '
+          f'{"kappa after":>12}  of the train step')
+    for name, r in results.items():
+        c = r['conditioner']
+        for impl in ('conditioner', 'torch.linalg.svd'):
+            share = f'{c["percent_of_baseline_train_step"]:.2f} %' if impl == 'conditioner' else ''
+            print(f'{name:<9} {str(tuple(c["tokens_shape"])):<22} {impl:<17} {1000 * c[impl]["seconds"]:>7.1f} ms '
+                  f'{c[impl]["kappa_before_max"]:>13.4g} {c[impl]["kappa_after_max"]:>12.6f}  {share}')
+
+
+def plot(results, path):
+    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    labels, values, goals = [], [], []
+    for name, r in results.items():
+        for phase in ('train', 'inference'):
+            labels.append(f'{name}\n{phase} time')
+            values.append(r[phase]['overhead_percent'])
+            goals.append(r['step_goal_percent'] if phase == 'train' else None)
+        for phase, m in r.get('memory', {}).get('peaks', {}).items():
+            labels.append(f'{name}\n{phase} memory')
+            values.append(m['overhead_percent'])
+            goals.append(MEMORY_GOAL)
+    bars = ax.bar(range(len(values)), values, color=['tab:blue' if g is None or v <= g else 'tab:red'
+                                                     for v, g in zip(values, goals)])
+    for index, goal in enumerate(goals):
+        if goal is not None:
+            ax.hlines(goal, index - 0.4, index + 0.4, colors='black', linestyles='--')
+    ax.bar_label(bars, fmt='%+.2f%%', fontsize=8)
+    ax.axhline(0, color='grey', linewidth=0.8)
+    ax.set_xticks(range(len(values)), labels, fontsize=8)
+    ax.set_ylabel('conditioned vs baseline, %')
+    ax.set_title('Overhead of the conditioning (dashed: goal)')
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    args = parse_args()
+    timer = Timer(args.device)
+    results = {name: measure_pair(name, MODEL_PAIRS[name], args, timer) for name in args.models}
+    print_tables(results, args)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(osp.join(args.out_dir, 'overhead.json'), 'w') as f:
+        json.dump(dict(machine=machine(args.device), device=args.device, repeats=args.repeats,
+                       command=' '.join(sys.argv), results=results), f, indent=2)
+    plot(results, osp.join(args.out_dir, 'overhead.png'))
+    print(f'wrote {osp.join(args.out_dir, "overhead.json")} and overhead.png')
+
+
+if __name__ == '__main__':
+    main()
