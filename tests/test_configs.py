@@ -17,11 +17,20 @@ from mmdet.registry import MODELS
 
 CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
                  if '_base_' not in p)
-CONDITIONED = [p for p in CONFIGS if 'condtok' in osp.basename(p) and osp.basename(p) != 'mask-rcnn_condtok.py']
+# Conditioned configs that vary another conditioned config instead of having a baseline twin: each inherits
+# the first and changes only the keys given (the ablations of tools/benchmark/convergence.py).
+CONDITIONING_VARIANTS = {
+    'configs/demo/mask-rcnn_swin-mini-condtok-floor_fpn_12e_shapes.py':
+        ('configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py', {'model.backbone.conditioning.mode': 'floor'}),
+}
 
 
 def rel(path):
     return osp.relpath(path, REPO_ROOT)
+
+
+CONDITIONED = [p for p in CONFIGS if 'condtok' in osp.basename(p) and osp.basename(p) != 'mask-rcnn_condtok.py'
+               and rel(p) not in CONDITIONING_VARIANTS]
 
 
 def without_scope(value):
@@ -83,6 +92,16 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
                        'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
                        'model.backbone.conditioning.target_kappa', 'model.backbone.conditioning.detach',
                        where}
+
+
+@pytest.mark.parametrize('path', sorted(CONDITIONING_VARIANTS))
+def test_conditioning_variant_differs_from_its_conditioned_config_only_in_the_keys_it_names(path):
+    reference, expected = CONDITIONING_VARIANTS[path]
+    assert osp.join(REPO_ROOT, path) in CONFIGS  # so that the parametrized tests above build it
+    base = flatten(Config.fromfile(osp.join(REPO_ROOT, reference)).to_dict())
+    ours = flatten(Config.fromfile(osp.join(REPO_ROOT, path)).to_dict())
+    changed = {k for k in ours.keys() | base.keys() if ours.get(k, object()) != base.get(k, object())}
+    assert {k: ours[k] for k in changed} == expected
 
 
 def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
