@@ -9,8 +9,12 @@ DEMO_BASELINE_CONFIG ?= configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py
 DEMO_BASELINE_EPOCHS ?= 3
 DEMO_WORK_DIR ?= work_dirs/demo
 DEMO_DATA ?= data/shapes/
+BENCH_DIR ?= work_dirs/benchmark
+# Sized so that `make bench` fits 2 CPU cores in an hour; README "Results" gives the full-size commands.
+BENCH_EVAL_IMAGES ?= 1000
+BENCH_EPOCHS ?= 6
 
-.PHONY: install demo test test-quick clean-demo
+.PHONY: install demo bench test test-quick clean-demo
 
 # The install script is idempotent (a stamp plus a check that mmcv.ops loads); a second run takes seconds.
 install:
@@ -27,6 +31,16 @@ demo: install
 	$(PY) tools/analysis/plot_conditioning.py $(DEMO_WORK_DIR)/baseline $(DEMO_WORK_DIR)/condtok \
 		--labels baseline condtok --out $(DEMO_WORK_DIR)/conditioning.png
 	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/condtok/test
+
+# Every benchmark of tools/benchmark/ (tables printed, JSON + PNG under $(BENCH_DIR)); see README "Results".
+bench: install
+	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
+	$(PY) tools/benchmark/overhead.py --out-dir $(BENCH_DIR)/overhead
+	$(PY) tools/benchmark/hook_overhead.py --size 800 1344 --batch 2 --repeats 3 --out-dir $(BENCH_DIR)/hook_overhead
+	$(PY) tools/benchmark/window_conditioning.py --out-dir $(BENCH_DIR)/window_conditioning
+	$(PY) tools/benchmark/eval_speed.py --num-images $(BENCH_EVAL_IMAGES) --out-dir $(BENCH_DIR)/eval_speed
+	$(PY) tools/benchmark/convergence.py --epochs $(BENCH_EPOCHS) --data-root $(DEMO_DATA) \
+		--out-dir $(BENCH_DIR)/convergence
 
 test: install
 	$(PY) -m pytest tests
