@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import os.path as osp
-import platform
 import sys
 
 import matplotlib
@@ -27,7 +26,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import check_dataset_files  # noqa: E402
+from condtok_mm.utils import check_dataset_files, describe_machine  # noqa: E402
 from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
 
 
@@ -121,7 +120,7 @@ def main():
     scalars, seen = measure(cfg, args.checkpoint, args.num_images, args.max_matrices)
     print(table(scalars))
     result = dict(config=args.config, checkpoint=args.checkpoint, num_images=seen,
-                  machine=f'{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}',
+                  machine=describe_machine(),
                   kappa=scalars)
     with open(osp.join(out_dir, 'measure_conditioning.json'), 'w') as f:
         json.dump(result, f, indent=2)

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import os.path as osp
-import platform
 import shlex
 import statistics
 import subprocess
@@ -32,9 +31,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-import torch
 from mmengine.config import Config, DictAction
 from tqdm import tqdm
+
+from condtok_mm.utils import describe_machine, usable_cpus
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TRAIN_SCRIPT = osp.join(REPO_ROOT, 'tools', 'train.py')
@@ -250,20 +250,6 @@ def plural(count, noun):
     return f'{"?" if count is None else count} {noun}{"" if count == 1 else "s"}'
 
 
-def machine_description():
-    cpu_model = platform.processor() or platform.machine()
-    if osp.exists('/proc/cpuinfo'):
-        with open('/proc/cpuinfo') as f:
-            models = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-        cpu_model = models[0] if models else cpu_model
-    return dict(host=platform.node(), cpu=cpu_model, cpu_count=os.cpu_count(), usable_cpus=usable_cpus(),
-                python=platform.python_version(), torch=torch.__version__)
-
-
-def usable_cpus():
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-
-
 def plot_curves(ax, variants, curve, colours):
     for variant, summary in variants.items():
         if 'curves' not in summary or not summary['curves'][curve]['iter']:
@@ -394,7 +380,7 @@ def main():
                    loss_window=configs[args.variants[0]].log_processor.window_size,
                    target_kappa=target_kappas[0] if target_kappas else None, data_root=args.data_root,
                    val_images=val_images, jobs=args.jobs, threads_per_run=threads, wall_s=wall_s,
-                   machine=machine_description(), variants=variants, runs=runs)
+                   machine=describe_machine(), variants=variants, runs=runs)
 
     os.makedirs(args.out_dir, exist_ok=True)
     paths = {name: osp.join(args.out_dir, name)

@@ -21,12 +21,10 @@ must equal the 1-process ones; the table gives rank 0's time.
 Prints a table, writes eval_speed.json and eval_speed.png to --out-dir, and says what machine it ran on.
 """
 import argparse
-import importlib.metadata
 import json
 import multiprocessing
 import os
 import os.path as osp
-import platform
 import socket
 import sys
 import tempfile
@@ -39,6 +37,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 from condtok_mm.evaluation import FastCocoMetric  # noqa: E402
+from condtok_mm.utils import describe_machine  # noqa: E402
 from mmdet.evaluation.metrics import CocoMetric  # noqa: E402
 
 NUM_CLASSES = 80
@@ -184,21 +183,6 @@ def time_distributed_evaluation(world_size, ann_file, samples):
     return measured
 
 
-def machine_description():
-    cpu_model = platform.processor() or platform.machine()
-    if osp.exists('/proc/cpuinfo'):
-        with open('/proc/cpuinfo') as f:
-            models = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-        cpu_model = models[0] if models else cpu_model
-    return dict(
-        host=platform.node(), platform=platform.platform(), cpu=cpu_model, cpu_count=os.cpu_count(),
-        usable_cpus=len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count(),
-        load_average_at_start=os.getloadavg() if hasattr(os, 'getloadavg') else None,
-        python=platform.python_version(), numpy=np.__version__, torch=torch.__version__,
-        **{package: importlib.metadata.version(package)
-           for package in ('mmdet', 'mmengine', 'pycocotools', 'faster-coco-eval')})
-
-
 def plot(rows, machine, path):
     import matplotlib
     matplotlib.use('Agg')
@@ -223,9 +207,9 @@ def plot(rows, machine, path):
 
 def main():
     args = parse_args()
-    machine = machine_description()
+    machine = describe_machine(packages=('numpy', 'mmdet', 'mmengine', 'pycocotools', 'faster-coco-eval'))
     print(f'machine: {machine["cpu"]} ({machine["usable_cpus"]} usable CPUs of {machine["cpu_count"]}), '
-          f'{machine["platform"]}, load average {machine["load_average_at_start"]}')
+          f'{machine["platform"]}, load average {machine["load_average"]}')
     coco, samples = make_evaluation_set(args.num_images, args.dets_per_image, args.seed)
     os.makedirs(args.out_dir, exist_ok=True)
     rows, metric_differences = [], {}
@@ -280,7 +264,7 @@ def main():
             print(f'{row["task"]:<6} {row["processes"]:>9} {row["seconds"]:7.1f}s '
                   f'{row["single_process_s"]:9.1f}s {row["max_metric_difference_to_single"]:25.1e}')
     print(f'machine: {machine["cpu"]}, {machine["usable_cpus"]} usable CPUs; load average at start '
-          f'{machine["load_average_at_start"]}, at end {machine["load_average_at_end"]}')
+          f'{machine["load_average"]}, at end {machine["load_average_at_end"]}')
 
     summary = dict(command=' '.join(sys.argv), num_images=args.num_images, dets_per_image=args.dets_per_image,
                    num_objects=len(coco['annotations']), num_classes=NUM_CLASSES, seed=args.seed, rows=rows,

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import os.path as osp
-import platform
 import statistics
 import sys
 import time
@@ -30,13 +29,9 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
+from condtok_mm.utils import describe_machine, machine_summary  # noqa: E402
 
 INTERVALS = (1, 10, 50, 100)
-
-
-def machine():
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'
-    return f'{platform.machine()}, {os.cpu_count()} CPU cores, {device}, torch {torch.__version__}'
 
 
 def time_step(backbone, probe, images, record):
@@ -75,7 +70,8 @@ def main():
     cost = max(record_step - step, 0.0)
     overhead = {k: 100 * cost / (k * step) for k in INTERVALS}
 
-    print(f'machine: {machine()}')
+    machine = describe_machine()
+    print(f'machine: {machine_summary(machine)}')
     print(f'{args.config} backbone, batch {args.batch} at {args.size[0]}x{args.size[1]}, '
           f'{len(probe.attention_layers)} attention layers')
     print(f'backbone training step: {step:.3f} s   with recording: {record_step:.3f} s   '
@@ -85,7 +81,7 @@ def main():
         print(f'{k:>8} {value:>44.3f}')
     os.makedirs(args.out_dir, exist_ok=True)
     result = dict(config=args.config, size=list(args.size), batch=args.batch, repeats=args.repeats,
-                  machine=machine(), backbone_step_s=step, recording_step_s=record_step,
+                  machine=machine, backbone_step_s=step, recording_step_s=record_step,
                   recording_cost_s=cost, overhead_percent=overhead, plain_s=plain, recording_s=recording)
     with open(osp.join(args.out_dir, 'hook_overhead.json'), 'w') as f:
         json.dump(result, f, indent=2)

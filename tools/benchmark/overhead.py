@@ -30,7 +30,6 @@ import logging
 import multiprocessing
 import os
 import os.path as osp
-import platform
 import resource
 import statistics
 import sys
@@ -53,7 +52,7 @@ import condtok_mm  # noqa: E402,F401
 from condtok_mm.conditioning import condition_number  # noqa: E402
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import fall_back_from_amp_on_cpu  # noqa: E402
+from condtok_mm.utils import describe_machine, fall_back_from_amp_on_cpu, machine_summary  # noqa: E402
 
 MODEL_PAIRS = {
     'swin-t': dict(
@@ -89,12 +88,6 @@ def parse_args():
     if args.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: no CUDA device is available here; use --device cpu')
     return args
-
-
-def machine(device):
-    accelerator = torch.cuda.get_device_name() if device == 'cuda' else 'CPU only'
-    return (f'{platform.machine()}, {os.cpu_count()} CPU cores ({torch.get_num_threads()} torch threads), '
-            f'{accelerator}, torch {torch.__version__}')
 
 
 def build(config, device):
@@ -269,8 +262,8 @@ def verdict(value, goal):
     return 'met' if value <= goal else 'NOT met'
 
 
-def print_tables(results, args):
-    print(f'machine: {machine(args.device)}')
+def print_tables(results, machine):
+    print(f'machine: {machine_summary(machine)}')
     print(f'{"model":<9} {"phase":<10} {"baseline":>11} {"conditioned":>12} {"overhead":>9}  goal')
     for name, r in results.items():
         for phase in ('train', 'inference'):
@@ -294,13 +287,16 @@ def print_tables(results, args):
 
 
 def plot(results, path):
-    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(9, 4.5), constrained_layout=True)
     labels, values, goals = [], [], []
     for name, r in results.items():
         for phase in ('train', 'inference'):
             labels.append(f'{name}\n{phase} time')
             values.append(r[phase]['overhead_percent'])
             goals.append(r['step_goal_percent'] if phase == 'train' else None)
+        labels.append(f'{name}\nconditioner alone\n/ train step')
+        values.append(r['conditioner']['percent_of_baseline_train_step'])
+        goals.append(r['step_goal_percent'])
         for phase, m in r.get('memory', {}).get('peaks', {}).items():
             labels.append(f'{name}\n{phase} memory')
             values.append(m['overhead_percent'])
@@ -314,7 +310,8 @@ def plot(results, path):
     ax.axhline(0, color='grey', linewidth=0.8)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     ax.set_ylabel('conditioned vs baseline, %')
-    ax.set_title('Overhead of the conditioning (dashed: goal)')
+    ax.set_title('Conditioned vs baseline twin: medians of interleaved steps, and the conditioner timed alone '
+                 '(dashed: goal)', fontsize=10)
     fig.savefig(path, dpi=110)
 
 
@@ -322,10 +319,11 @@ def main():
     args = parse_args()
     timer = Timer(args.device)
     results = {name: measure_pair(name, MODEL_PAIRS[name], args, timer) for name in args.models}
-    print_tables(results, args)
+    machine = describe_machine(args.device)
+    print_tables(results, machine)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(osp.join(args.out_dir, 'overhead.json'), 'w') as f:
-        json.dump(dict(machine=machine(args.device), device=args.device, repeats=args.repeats,
+        json.dump(dict(machine=machine, device=args.device, repeats=args.repeats,
                        command=' '.join(sys.argv), results=results), f, indent=2)
     plot(results, osp.join(args.out_dir, 'overhead.png'))
     print(f'wrote {osp.join(args.out_dir, "overhead.json")} and overhead.png')

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import os.path as osp
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm.conditioning import condition_number  # noqa: E402
 from condtok_mm.models.backbones.vitdet_vit import ViTDetPatchEmbed  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
+from condtok_mm.utils import describe_machine, machine_summary  # noqa: E402
 
 CASES = [
     dict(name='Swin-T stage 0, 800x1333', image=(800, 1333), window_size=7, embed='swin-t', content=1.0),
@@ -104,21 +104,6 @@ def time_it(fn, warmup, repeats, device, progress):
     return out, times
 
 
-def machine_info(device):
-    cpu = platform.processor() or platform.machine()
-    if osp.exists('/proc/cpuinfo'):
-        names = [line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo') if line.startswith('model name')]
-        cpu = names[0] if names else cpu
-    info = dict(cpu=cpu, cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
-                torch=torch.__version__, python=platform.python_version(), platform=platform.platform(),
-                device=str(device))
-    if hasattr(os, 'getloadavg'):
-        info['load_average_before'] = [round(v, 2) for v in os.getloadavg()]
-    if device.type == 'cuda':
-        info['gpu'] = torch.cuda.get_device_name(device)
-    return info
-
-
 def plot(results, machine, path):
     import matplotlib
     matplotlib.use('Agg')
@@ -136,7 +121,7 @@ def plot(results, machine, path):
     ax.set_ylabel(f'ms per batch of {results[0]["batch"]} (median)')
     ax.set_ylim(0, max(max(r['image_ms_median'], r['window_ms_median']) for r in results) * 1.25)
     ax.set_title(f'Token conditioning cost: {machine["device"]}, {machine["torch_threads"]} threads\n'
-                 f'{machine.get("gpu", machine["cpu"])}', fontsize=9)
+                 f'{machine["gpu"] or machine["cpu"]}', fontsize=9)
     ax.legend(loc='upper left', ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -150,7 +135,7 @@ def main():
     device = torch.device(args.device)
     generator = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
-    machine = machine_info(device)
+    machine = describe_machine(device)
     results = []
     progress = tqdm(total=2 * args.repeats * len(CASES), desc='conditioning', unit='run')
     for case in CASES:
@@ -174,7 +159,7 @@ def main():
         results.append(result)
     progress.close()
     if hasattr(os, 'getloadavg'):  # other processes on the machine skew the times; say how busy it was
-        machine['load_average_after'] = [round(v, 2) for v in os.getloadavg()]
+        machine['load_average_at_end'] = [round(v, 2) for v in os.getloadavg()]
 
     header = (f'{"case":<26} {"tokens (B x H x W x C)":<24} {"windows":>8} {"image ms":>10} {"window ms":>10} '
               f'{"ratio":>6} {"max kappa image/window":>23}')
@@ -185,7 +170,8 @@ def main():
         print(f'{r["case"]:<26} {tokens:<24} {r["windows_per_image"]:>8} {r["image_ms_median"]:>10.1f} '
               f'{r["window_ms_median"]:>10.1f} {r["ratio"]:>6.2f} '
               f'{r["image_max_kappa_after"]:>11.4f} / {r["window_max_kappa_after"]:.4f}')
-    print('machine: ' + ', '.join(f'{k}={v}' for k, v in machine.items()))
+    print(f'machine: {machine_summary(machine)}; load average {machine["load_average"]} before, '
+          f'{machine.get("load_average_at_end")} after')
 
     os.makedirs(args.out_dir, exist_ok=True)
     json_path = osp.join(args.out_dir, 'window_conditioning.json')
