@@ -154,3 +154,47 @@ def test_cond_swin_builds_by_bare_name_in_mmpretrain():
     backbone = MMPRETRAIN_MODELS.build(ConfigDict(type='CondSwinTransformer', embed_dims=32,
                                                   depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)))
     assert type(backbone).__name__ == 'CondSwinTransformer'
+
+
+def windows_of(grid, window_size):
+    """(B*windows, tokens, C) matrices of the window_size x window_size tiles of a (B, H, W, C) grid."""
+    b, h, w, c = grid.shape
+    return [grid[:, top:top + window_size, left:left + window_size].reshape(b, -1, c)
+            for top in range(0, h, window_size) for left in range(0, w, window_size)]
+
+
+@pytest.mark.parametrize('cfg, target, layout, size, to_grid', [
+    # mmdet's Swin: the patch embedding returns (tokens, hw_shape)
+    (dict(type='mmdet.SwinTransformer', embed_dims=32, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
+     'patch_embed', 'auto', (62, 94), lambda out, hw: out.view(out.shape[0], *hw, -1)),
+    # ResNet's stem: a (B, C, H, W) map
+    (dict(type='mmdet.ResNet', depth=18, out_indices=(0, )), 'conv1', 'BCHW', (61, 93),
+     lambda out, hw: out.permute(0, 2, 3, 1)),
+], ids=['swin-hw-shape', 'resnet-bchw'])
+def test_window_scope_conditions_each_window_where_the_grid_is_known(cfg, target, layout, size, to_grid):
+    torch.manual_seed(0)
+    window = dict(type='TokenConditioner', scope='window', window_size=5)
+    wrapper = build(cfg, targets=(target, ), token_layout=layout, conditioning=window)
+    wrapper.eval()
+    seen = {}
+    dict(wrapper.wrapped.named_modules())[target].register_forward_hook(
+        lambda m, a, out: seen.update(out=out[0], hw=out[1]) if isinstance(out, tuple) else seen.update(out=out))
+    with torch.no_grad():
+        wrapper(torch.randn(2, 3, *size))
+    grid = to_grid(seen['out'], seen.get('hw'))
+    assert grid.shape[1] % 5 and grid.shape[2] % 5  # border windows cut by the edge are included
+    for matrices in windows_of(grid, 5):
+        assert (condition_number(matrices) <= 2 + 1e-3).all()
+    assert condition_number(grid.reshape(2, -1, grid.shape[-1])).max() > 2.5  # not one image-wide matrix
+
+
+def test_window_scope_without_a_token_grid_is_explained():
+    window = dict(type='TokenConditioner', scope='window', window_size=4)
+    vit = build(dict(type='mmpretrain.VisionTransformer', arch='deit-tiny', img_size=64, patch_size=16),
+                targets=('drop_after_pos', ), conditioning=window)
+    with pytest.raises(ValueError, match=r"scope='window' needs the token grid, and this output is \(B, N, C\) "
+                                         r'tokens \(1, 17, 192\)'):
+        vit(torch.randn(1, 3, 64, 64))
+    fpn = dict(type='mmdet.FPN', in_channels=[8], out_channels=8, num_outs=1)
+    with pytest.raises(ValueError, match=r"CondTokNeck: scope='window' needs the token grid"):
+        MODELS.build(dict(type='CondTokNeck', neck=fpn, token_layout='BNC', conditioning=window))

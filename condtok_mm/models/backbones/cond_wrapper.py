@@ -1,6 +1,6 @@
 """CondTokBackbone: conditioned embedded tokens for any backbone, through forward hooks."""
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -11,11 +11,13 @@ from condtok_mm.registry import MODELS
 TOKEN_LAYOUTS = ('auto', 'BNC', 'BHWC', 'BCHW')
 
 
-def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str) -> torch.Tensor:
+def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
+                     hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """Condition each image's token matrix of a tensor in one of TOKEN_LAYOUTS; same layout back.
 
     'auto' reads a 3-D tensor as (B, N, C) and a 4-D tensor as (B, C, H, W), PyTorch's convention for
-    feature maps; channel-last maps (B, H, W, C), such as ViTDet's patch embedding, need 'BHWC'.
+    feature maps; channel-last maps (B, H, W, C), such as ViTDet's patch embedding, need 'BHWC'. The token
+    grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
     """
     if layout == 'auto':
         if tokens.dim() not in (3, 4):
@@ -26,13 +28,27 @@ def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str) 
         raise ValueError(f'{conditioner.location}: token_layout={layout!r} does not fit a tensor of shape '
                          f'{tuple(tokens.shape)}; valid layouts are {", ".join(TOKEN_LAYOUTS)}')
     if layout == 'BNC':
-        return conditioner(tokens)
+        if hw_shape is None and getattr(conditioner, 'scope', 'image') == 'window':
+            raise ValueError(f"{conditioner.location}: scope='window' needs the token grid, and this output "
+                             f'is (B, N, C) tokens {tuple(tokens.shape)} without an (H, W) beside them; '
+                             "condition a submodule whose output is a feature map (token_layout 'BHWC' or "
+                             "'BCHW') or a (tokens, hw_shape) tuple such as mmdet's and mmpretrain's "
+                             "PatchEmbed, or use scope='image'")
+        return conditioner(tokens, hw_shape=hw_shape)
     if layout == 'BHWC':
         b, h, w, c = tokens.shape
-        return conditioner(tokens.reshape(b, h * w, c)).reshape(b, h, w, c)
+        return conditioner(tokens.reshape(b, h * w, c), hw_shape=(h, w)).reshape(b, h, w, c)
     b, c, h, w = tokens.shape
     matrix = tokens.flatten(2).transpose(1, 2)
-    return conditioner(matrix).transpose(1, 2).reshape(b, c, h, w)
+    return conditioner(matrix, hw_shape=(h, w)).transpose(1, 2).reshape(b, c, h, w)
+
+
+def _grid_of(output: tuple) -> Optional[Tuple[int, int]]:
+    """The (H, W) of a (tokens, hw_shape, ...) output, as mmdet's and mmpretrain's PatchEmbed return."""
+    if len(output) > 1 and isinstance(output[1], (tuple, list, torch.Size)) and len(output[1]) == 2 \
+            and all(isinstance(v, int) for v in output[1]):
+        return tuple(output[1])
+    return None
 
 
 class TransparentWrapper(BaseModule):
@@ -73,7 +89,7 @@ class OutputConditioner(nn.Module):
 
     def hook(self, module, args, output):
         if isinstance(output, tuple):  # e.g. (tokens, hw_shape)
-            return (condition_layout(self.conditioner, output[0], self.layout), ) + output[1:]
+            return (condition_layout(self.conditioner, output[0], self.layout, _grid_of(output)), ) + output[1:]
         return condition_layout(self.conditioner, output, self.layout)
 
 
@@ -90,7 +106,10 @@ class CondTokBackbone(TransparentWrapper):
         backbone (dict): config of the wrapped backbone, e.g. ``dict(type='mmpretrain.VisionTransformer',
             arch='b')`` or an mmdet backbone by bare name.
         conditioning (dict, optional): conditioner config; None disables the conditioning (then the
-            outputs are exactly the wrapped backbone's). Default: ``dict(type='TokenConditioner')``.
+            outputs are exactly the wrapped backbone's). ``scope='window'`` (with ``window_size``) needs the
+            token grid: it works on feature-map outputs and on (tokens, hw_shape) outputs such as mmdet's
+            and mmpretrain's PatchEmbed, and raises on bare (B, N, C) tokens.
+            Default: ``dict(type='TokenConditioner')``.
         targets (Sequence[str]): names of submodules of the wrapped backbone (as in
             ``named_modules()``) whose outputs are conditioned. Default: ('patch_embed',).
         token_layout (str): how to read the targets' output tensors: 'auto' ((B, N, C) for 3-D, (B, C, H, W)

@@ -15,8 +15,9 @@ class CondTokNeck(TransparentWrapper):
 
     Args:
         neck (dict): config of the wrapped neck, e.g. ``dict(type='FPN', ...)``.
-        conditioning (dict, optional): conditioner config; None disables it. Default:
-            ``dict(type='TokenConditioner')``.
+        conditioning (dict, optional): conditioner config; None disables it. With
+            ``scope='window'`` (and ``window_size``) each level's map is conditioned window by window.
+            Default: ``dict(type='TokenConditioner')``.
         levels (Sequence[int], optional): indices of the input levels to condition; None: all.
             Default: None.
         token_layout (str): layout of the input tensors, 'BCHW' (feature maps, the default), 'BHWC' or
@@ -40,6 +41,9 @@ class CondTokNeck(TransparentWrapper):
         self.conditioner = MODELS.build(conditioning) if conditioning is not None else None
         if self.conditioner is not None:
             self.conditioner.location = f'CondTokNeck({type(self.wrapped).__name__})'
+            if token_layout == 'BNC' and getattr(self.conditioner, 'scope', 'image') == 'window':
+                raise ValueError("CondTokNeck: scope='window' needs the token grid, which (B, N, C) inputs "
+                                 "do not carry; use token_layout 'BCHW' or 'BHWC', or scope='image'")
 
     def forward(self, inputs):
         if self.conditioner is None:
