@@ -166,6 +166,7 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
     """
     if alpha == 0:
+        _check_finite(x, where)
         return torch.zeros_like(x)
     wide = x.shape[-2] < x.shape[-1]
     tall = x.transpose(-1, -2) if wide else x  # kappa and the construction are the same for X^T

@@ -119,11 +119,17 @@ def test_degenerate_inputs_give_finite_conditioned_output(mode, name, x):
 
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
-def test_non_finite_input_raises_with_location(bad):
-    x = torch.randn(2, 10, 4)
+@pytest.mark.parametrize('shape, dtype', [((2, 10, 4), torch.float32), ((2, 4, 10), torch.float32),
+                                          ((2, 10, 4), torch.float64)], ids=['tall', 'wide', 'float64'])
+@pytest.mark.parametrize('method, alpha', [('gram', 1.0), ('svd', 1.0), ('gram', 0.0)])
+def test_non_finite_input_raises_with_location(bad, shape, dtype, method, alpha):
+    x = torch.randn(*shape, dtype=dtype)
     x[1, 3, 2] = bad
     with pytest.raises(ValueError, match=r'CondSwinTransformer stage 0: the token matrix has 1 non-finite'):
-        condition_tokens(x, where='CondSwinTransformer stage 0')
+        condition_tokens(x, method=method, alpha=alpha, where='CondSwinTransformer stage 0')
+    x.requires_grad_(True)  # the differentiable path (detach=False) checks as well
+    with pytest.raises(ValueError, match=r'CondSwinTransformer stage 0: the token matrix has 1 non-finite'):
+        condition_tokens(x, method=method, alpha=alpha, detach=False, where='CondSwinTransformer stage 0')
 
 
 def test_invalid_arguments_list_valid_values():
