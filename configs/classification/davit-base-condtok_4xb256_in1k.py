@@ -1,5 +1,6 @@
-# davit-base-condtok_4xb256_in1k with conditioned embedded tokens: the baseline twin's backbone wrapped so that its patch-embedding
-# output is conditioned (kappa <= 2) before the first transformer block.
+# DaViT-B on ImageNet-1k (mmpretrain's recipe) with conditioned embedded tokens: the baseline
+# twin's backbone wrapped so that its patch-embedding output is conditioned (kappa <= 2) before the
+# first transformer block.
 _base_ = './davit-base_4xb256_in1k.py'
 
 model = dict(

@@ -1,5 +1,6 @@
-# vit-base-p16-condtok_64xb64_in1k with conditioned embedded tokens: the baseline twin's backbone wrapped so that its patch-embedding
-# output is conditioned (kappa <= 2) before the first transformer block.
+# ViT-B/16 on ImageNet-1k (mmpretrain's recipe) with conditioned embedded tokens: the baseline
+# twin's backbone wrapped so that its patch-embedding output is conditioned (kappa <= 2) before the
+# first transformer block.
 _base_ = './vit-base-p16_64xb64_in1k.py'
 
 model = dict(

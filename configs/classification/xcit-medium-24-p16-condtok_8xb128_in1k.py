@@ -1,5 +1,6 @@
-# xcit-medium-24-p16-condtok_8xb128_in1k with conditioned embedded tokens: the baseline twin's backbone wrapped so that its patch-embedding
-# output is conditioned (kappa <= 2) before the first transformer block.
+# XCiT-M24/16 on ImageNet-1k (mmpretrain's recipe) with conditioned embedded tokens: the baseline
+# twin's backbone wrapped so that its patch-embedding output is conditioned (kappa <= 2) before the
+# first transformer block.
 _base_ = './xcit-medium-24-p16_8xb128_in1k.py'
 
 model = dict(
