@@ -26,6 +26,14 @@ def random_tokens(batch, n, d, kappa, dtype=torch.float32, seed=0):
     return torch.stack(mats).to(dtype)
 
 
+def window_matrices(grid, window_size):
+    """{(top, left): (B, tokens, C)} of every window_size x window_size tile of a (B, H, W, C) token grid,
+    from the top-left corner; tiles cut by the bottom/right border keep only their real tokens."""
+    b, h, w, c = grid.shape
+    return {(top, left): grid[:, top:top + window_size, left:left + window_size].reshape(b, -1, c)
+            for top in range(0, h, window_size) for left in range(0, w, window_size)}
+
+
 @pytest.fixture(scope='session')
 def shapes_root(tmp_path_factory):
     """A small shapes dataset written once per test session."""

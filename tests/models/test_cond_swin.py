@@ -7,6 +7,7 @@ from mmdet.models.backbones.swin import swin_converter
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number
 from condtok_mm.registry import MODELS
+from conftest import window_matrices
 
 SMALL = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
 
@@ -147,11 +148,8 @@ def test_per_window_conditioning_uses_the_first_blocks_windows():
     with torch.no_grad():
         model(torch.randn(2, 3, 72, 100))  # 18 x 25 tokens: windows cut by the border at the bottom/right
     for stage, (height, width) in ((0, (18, 25)), (1, (9, 13))):
-        grid = seen[stage].view(2, height, width, -1)
-        for top in range(0, height, 4):
-            for left in range(0, width, 4):
-                window = grid[:, top:top + 4, left:left + 4].reshape(2, -1, grid.shape[-1])
-                assert (condition_number(window) <= 2 + 1e-3).all(), (stage, top, left)
+        for (top, left), window in window_matrices(seen[stage].view(2, height, width, -1), 4).items():
+            assert (condition_number(window) <= 2 + 1e-3).all(), (stage, top, left)
 
 
 @pytest.mark.parametrize('window, message', [

@@ -9,6 +9,7 @@ import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number
 from condtok_mm.models.backbones import CondViT, ViTDetViT
 from condtok_mm.registry import MODELS
+from conftest import window_matrices
 
 # A depth-2 ViT: block 0 attends in 4 x 4 windows, block 1 globally; relative position bias on.
 SMALL = dict(img_size=128, patch_size=16, embed_dim=32, depth=2, num_heads=2, window_size=4,
@@ -196,10 +197,8 @@ def test_per_window_conditioning_conditions_each_window_of_the_first_block():
     with torch.no_grad():
         model(torch.randn(2, 3, 176, 112))  # 11 x 7 tokens: windows cut at the bottom and right
     tokens = seen['block0'] - model.add_abs_pos_embed(torch.zeros(1, 11, 7, 32))
-    for top in range(0, 11, 4):
-        for left in range(0, 7, 4):
-            window = tokens[:, top:top + 4, left:left + 4].reshape(2, -1, 32)
-            assert (condition_number(window) <= 2 + 1e-3).all(), (top, left)
+    for (top, left), window in window_matrices(tokens, 4).items():
+        assert (condition_number(window) <= 2 + 1e-3).all(), (top, left)
 
 
 @pytest.mark.parametrize('kwargs, message', [

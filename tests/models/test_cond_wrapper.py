@@ -8,7 +8,7 @@ from mmengine.structures import LabelData  # noqa: F401  (mmpretrain data sample
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number
 from condtok_mm.registry import MODELS
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, window_matrices
 
 BACKBONES = [
     # (wrapped backbone config, conditioned submodule, token layout, odd input size)
@@ -156,13 +156,6 @@ def test_cond_swin_builds_by_bare_name_in_mmpretrain():
     assert type(backbone).__name__ == 'CondSwinTransformer'
 
 
-def windows_of(grid, window_size):
-    """(B*windows, tokens, C) matrices of the window_size x window_size tiles of a (B, H, W, C) grid."""
-    b, h, w, c = grid.shape
-    return [grid[:, top:top + window_size, left:left + window_size].reshape(b, -1, c)
-            for top in range(0, h, window_size) for left in range(0, w, window_size)]
-
-
 @pytest.mark.parametrize('cfg, target, layout, size, to_grid', [
     # mmdet's Swin: the patch embedding returns (tokens, hw_shape)
     (dict(type='mmdet.SwinTransformer', embed_dims=32, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
@@ -183,8 +176,8 @@ def test_window_scope_conditions_each_window_where_the_grid_is_known(cfg, target
         wrapper(torch.randn(2, 3, *size))
     grid = to_grid(seen['out'], seen.get('hw'))
     assert grid.shape[1] % 5 and grid.shape[2] % 5  # border windows cut by the edge are included
-    for matrices in windows_of(grid, 5):
-        assert (condition_number(matrices) <= 2 + 1e-3).all()
+    for (top, left), window in window_matrices(grid, 5).items():
+        assert (condition_number(window) <= 2 + 1e-3).all(), (top, left)
     assert condition_number(grid.reshape(2, -1, grid.shape[-1])).max() > 2.5  # not one image-wide matrix
 
 
