@@ -1,9 +1,10 @@
-"""What a measurement ran on: saved and printed beside the numbers by tools/benchmark/ and tools/analysis/."""
+"""What a measurement ran on, and how long a call takes: for tools/benchmark/ and tools/analysis/."""
 import importlib.metadata
 import os
 import os.path as osp
 import platform
-from typing import Iterable, Optional
+import time
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 import torch
 
@@ -39,3 +40,19 @@ def machine_summary(machine: dict) -> str:
     """One line of :func:`describe_machine`'s dict, for tables and plot titles."""
     return (f'{machine["cpu"]}, {machine["usable_cpus"]} of {machine["cpu_count"]} CPUs ({machine["torch_threads"]} '
             f'torch threads), {machine["gpu"] or "no GPU"}, torch {machine["torch"]}')
+
+
+def timed(fn: Callable[[], Any], device: str = 'cpu') -> Tuple[float, Any]:
+    """(seconds, fn()): CUDA events around the call on a CUDA ``device`` (the GPU time of the work it
+    queues, after what was queued before has finished), the wall clock otherwise."""
+    if str(device).startswith('cuda'):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        result = fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1000, result
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result

@@ -33,7 +33,6 @@ import os.path as osp
 import resource
 import statistics
 import sys
-import time
 
 import matplotlib
 import torch
@@ -52,7 +51,7 @@ import condtok_mm  # noqa: E402,F401
 from condtok_mm.conditioning import condition_number  # noqa: E402
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import describe_machine, fall_back_from_amp_on_cpu, machine_summary  # noqa: E402
+from condtok_mm.utils import describe_machine, fall_back_from_amp_on_cpu, machine_summary, timed  # noqa: E402
 
 MODEL_PAIRS = {
     'swin-t': dict(
@@ -114,26 +113,6 @@ def synthetic_batch(size, batch, device):
     return data
 
 
-class Timer:
-    """Seconds of a callable: CUDA events on a GPU, wall clock on a CPU."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def __call__(self, fn):
-        if self.device == 'cuda':
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1000
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
-
-
 def train_step(model, optim_wrapper, data):
     model.train()
     model.train_step(data, optim_wrapper)
@@ -164,7 +143,7 @@ def svd_correction(tokens, target_kappa):
     return tokens + (s[..., :1, None] / (target_kappa - 1)) * (u @ vh)
 
 
-def time_conditioner(conditioner, tokens, kwargs, timer, repeats):
+def time_conditioner(conditioner, tokens, kwargs, device, repeats):
     """Median seconds and max kappa after, for the conditioner and for the plain SVD implementation."""
     implementations = [('conditioner', lambda: conditioner(tokens, **kwargs))]
     if conditioner.mode == 'sigma_max' and conditioner.scope == 'image':  # what svd_correction computes
@@ -173,7 +152,7 @@ def time_conditioner(conditioner, tokens, kwargs, timer, repeats):
     with torch.no_grad():
         for name, fn in implementations:
             fn()  # warm-up
-            seconds = statistics.median(timer(fn) for _ in range(repeats))
+            seconds = statistics.median(timed(fn, device)[0] for _ in range(repeats))
             results[name] = dict(seconds=seconds, kappa_after_max=float(condition_number(fn()).max()),
                                  kappa_before_max=float(condition_number(tokens).max()))
     return results
@@ -214,7 +193,7 @@ def peak_memory(config, size, batch, device):
     return result
 
 
-def measure_pair(name, pair, args, timer):
+def measure_pair(name, pair, args):
     size = tuple(args.size or pair['size'])
     torch.manual_seed(0)
     models = {}
@@ -235,16 +214,16 @@ def measure_pair(name, pair, args, timer):
         order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
         for variant in order:
             model, optim_wrapper = models[variant]
-            times['train'][variant].append(timer(lambda: train_step(model, optim_wrapper, data)))
+            times['train'][variant].append(timed(lambda: train_step(model, optim_wrapper, data), args.device)[0])
         for variant in order[::-1]:
-            times['inference'][variant].append(timer(lambda: inference(models[variant][0], data)))
+            times['inference'][variant].append(timed(lambda: inference(models[variant][0], data), args.device)[0])
     result = dict(baseline_config=pair['baseline'], conditioned_config=pair['conditioned'],
                   size=list(size), batch=args.batch, step_goal_percent=pair['step_goal'], times=times)
     for phase, per_variant in times.items():
         base, cond = (statistics.median(per_variant[v]) for v in VARIANTS)
         result[phase] = dict(baseline_s=base, conditioned_s=cond, overhead_percent=100 * (cond / base - 1))
     result['conditioner'] = dict(tokens_shape=list(tokens.shape), dtype=str(tokens.dtype),
-                                 **time_conditioner(conditioner, tokens, conditioner_kwargs, timer,
+                                 **time_conditioner(conditioner, tokens, conditioner_kwargs, args.device,
                                                     args.conditioner_repeats))
     # The conditioner's own time against the step: a low-noise estimate of the train-step overhead.
     result['conditioner']['percent_of_baseline_train_step'] = (
@@ -320,8 +299,7 @@ def plot(results, path):
 
 def main():
     args = parse_args()
-    timer = Timer(args.device)
-    results = {name: measure_pair(name, MODEL_PAIRS[name], args, timer) for name in args.models}
+    results = {name: measure_pair(name, MODEL_PAIRS[name], args) for name in args.models}
     machine = describe_machine(args.device)
     print_tables(results, machine)
     os.makedirs(args.out_dir, exist_ok=True)

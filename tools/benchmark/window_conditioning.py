@@ -9,8 +9,9 @@ Times TokenConditioner(scope='image') and TokenConditioner(scope='window') on th
 made by randomly initialized patch embeddings (mmdet's Swin PatchEmbed with its LayerNorm, ViTDet's strided
 conv) from smooth random images, so the token matrices have the rank structure of real ones (LayerNorm'd
 Swin tokens are rank-deficient), and on ViT-B tokens of an image that fills only a quarter of the canvas,
-the rest padded in gray as large-scale jitter does (windows of identical tokens). Prints a table, checks the bound (largest kappa over images or windows),
-and writes window_conditioning.json and window_conditioning.png to --out-dir, with the machine it ran on.
+the rest padded in gray as large-scale jitter does (windows of identical tokens). Prints a table, checks
+the bound (largest kappa over images or windows), and writes window_conditioning.json and
+window_conditioning.png to --out-dir, with the machine it ran on.
 """
 import argparse
 import json
@@ -18,7 +19,6 @@ import os
 import os.path as osp
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm.conditioning import condition_number  # noqa: E402
 from condtok_mm.models.backbones.vitdet_vit import ViTDetPatchEmbed  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import describe_machine, machine_summary  # noqa: E402
+from condtok_mm.utils import describe_machine, machine_summary, timed  # noqa: E402
 
 CASES = [
     dict(name='Swin-T stage 0, 800x1333', image=(800, 1333), window_size=7, embed='swin-t', content=1.0),
@@ -93,13 +93,8 @@ def time_it(fn, warmup, repeats, device, progress):
         fn()
     times = []
     for _ in range(repeats):
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        out = fn()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
+        seconds, out = timed(fn, device)
+        times.append(seconds)
         progress.update(1)
     return out, times
 
