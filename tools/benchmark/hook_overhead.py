@@ -14,7 +14,6 @@ import os
 import os.path as osp
 import statistics
 import sys
-import time
 
 import matplotlib
 import torch
@@ -29,19 +28,19 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import describe_machine, machine_summary  # noqa: E402
+from condtok_mm.utils import describe_machine, machine_summary, timed  # noqa: E402
 
 INTERVALS = (1, 10, 50, 100)
 
 
 def time_step(backbone, probe, images, record):
-    probe.active = record
-    start = time.perf_counter()
-    outs = backbone(images)
-    sum(o.float().mean() for o in outs).backward()
-    probe.active = False
-    probe.reduce()
-    return time.perf_counter() - start
+    """Seconds of one backbone forward + backward, recording kappa (and reducing it) when ``record``."""
+    def step():
+        probe.active = record
+        sum(o.float().mean() for o in backbone(images)).backward()
+        probe.active = False
+        probe.reduce()
+    return timed(step)[0]
 
 
 def main():
