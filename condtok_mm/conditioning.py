@@ -33,6 +33,14 @@ cost is about 2 N d^2 multiply-adds per image (the Gram matrix and X M).
 When N < d the same is done on X^T (the N x N Gram matrix). ``method='svd'`` computes the same correction
 from ``torch.linalg.svd`` and serves as the reference.
 
+Centred variant (``centred=True``): a LayerNorm (the next block's norm1) subtracts each token's channel mean,
+i.e. projects X onto the complement of the all-ones channel vector 1, so any part of C along 1 never reaches
+the attention. The centred variant conditions Y = X Q, the coordinates of X in an orthonormal basis Q of that
+complement (d - 1 columns), and adds C = C_Y Q^T: kappa(Y + C_Y) <= t, and C 1 = 0. Q is taken from one
+Householder reflection H (H 1/sqrt(d) = e_1, Q = H[:, 1:]), so X Q and C_Y Q^T cost O(N d) each. For the
+tokens of a LayerNorm'd patch embedding at initialisation, X 1 = 0 and Y has full rank: no null direction
+needs completing.
+
 Per-window conditioning (:func:`condition_token_windows`) applies the same construction to the token matrix
 of each attention window of a windowed-attention backbone (Swin, ViTDet) instead of the whole image.
 """
@@ -43,6 +51,7 @@ from typing import List, Optional, Tuple
 import torch
 
 __all__ = ['condition_tokens', 'condition_token_windows', 'condition_number', 'token_correction',
+           'token_windows', 'channel_mean_complement',
            'CONDITIONING_MODES', 'CONDITIONING_METHODS']
 
 CONDITIONING_MODES = ('sigma_max', 'floor')
@@ -89,6 +98,28 @@ def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float,
     if mode == 'sigma_max':
         return (alpha / (target_kappa - 1)) * s1.expand_as(s)
     return alpha * (s1 / target_kappa - s).clamp_min(0)
+
+
+def _householder_to_ones(d: int, dtype: torch.dtype, device: torch.device) -> Tuple[torch.Tensor, float]:
+    """(w, c) of the reflection H = I - c w w^T that maps 1/sqrt(d) to e_1 (H is symmetric, H H = I)."""
+    w = torch.full((d, ), 1 / math.sqrt(d), dtype=dtype, device=device)
+    w[0] -= 1
+    return w, 2 / float(w @ w)
+
+
+def channel_mean_complement(x: torch.Tensor) -> torch.Tensor:
+    """X Q for tokens X (..., N, d): each token in an orthonormal basis Q of the complement of the all-ones
+    channel vector (shape (..., N, d - 1)). Singular values of X Q are those of X with the channel mean of
+    every token removed, i.e. what a following LayerNorm can see. Needs d >= 2."""
+    w, c = _householder_to_ones(x.shape[-1], x.dtype, x.device)
+    return (x - c * (x @ w).unsqueeze(-1) * w)[..., 1:]
+
+
+def _from_channel_mean_complement(y: torch.Tensor) -> torch.Tensor:
+    """Y Q^T for Y (..., N, d - 1): back to channel coordinates, with no component along the ones vector."""
+    z = torch.nn.functional.pad(y, (1, 0))
+    w, c = _householder_to_ones(z.shape[-1], z.dtype, z.device)
+    return z - c * (z @ w).unsqueeze(-1) * w
 
 
 def _cosine_candidates(n: int, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -160,11 +191,17 @@ def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: floa
 
 def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, method: str = 'gram',
-                     where: str = 'token_correction') -> torch.Tensor:
+                     where: str = 'token_correction', centred: bool = False) -> torch.Tensor:
     """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
 
     Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
     """
+    if centred:
+        if x.shape[-1] < 2:  # no complement to condition: a single channel is all channel mean
+            _check_finite(x, where)
+            return torch.zeros_like(x)
+        return _from_channel_mean_complement(
+            token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where))
     if alpha == 0:
         _check_finite(x, where)
         return torch.zeros_like(x)
@@ -196,7 +233,7 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
 
 def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, detach: bool = True, method: str = 'gram',
-                     where: str = 'condition_tokens') -> torch.Tensor:
+                     where: str = 'condition_tokens', centred: bool = False) -> torch.Tensor:
     """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample.
 
     Args:
@@ -213,6 +250,9 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         method (str): 'gram' (d x d or N x N Gram matrix, cheap when N >> d) or 'svd' (full thin SVD,
             the reference). Default: 'gram'.
         where (str): a name for error messages, e.g. the module that calls this.
+        centred (bool): condition X on the complement of the all-ones channel vector only (see the module
+            docstring): kappa(X Q + C Q) <= target_kappa and C 1 = 0, so nothing is lifted along the
+            direction the next LayerNorm removes. Default: False (the paper's construction).
 
     Returns:
         Tensor: X + C with the shape and dtype of ``x``. A zero matrix is returned unchanged.
@@ -231,10 +271,10 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     if detach or not torch.is_grad_enabled() or not x.requires_grad:
         with torch.no_grad():
             correction = token_correction(batched.detach().double(), mode, alpha, target_kappa, method,
-                                          where)
+                                          where, centred)
     else:
         _check_finite(batched, where)
-        correction = _DifferentiableCorrection.apply(batched, mode, alpha, target_kappa, method)
+        correction = _DifferentiableCorrection.apply(batched, mode, alpha, target_kappa, method, centred)
     out = batched + correction.to(x.dtype)
     return out if x.dim() == 3 else out.squeeze(0)
 
@@ -248,21 +288,25 @@ class _DifferentiableCorrection(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, mode, alpha, target_kappa, method):
+    def forward(ctx, x, mode, alpha, target_kappa, method, centred):
         x64 = x.detach().double()
         ctx.save_for_backward(x64)
-        ctx.options = (mode, alpha, target_kappa)
-        return token_correction(x64, mode, alpha, target_kappa, method).to(x.dtype)
+        ctx.options = (mode, alpha, target_kappa, centred)
+        return token_correction(x64, mode, alpha, target_kappa, method, centred=centred).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_c):
         (x64,) = ctx.saved_tensors
-        mode, alpha, target_kappa = ctx.options
+        mode, alpha, target_kappa, centred = ctx.options
         with torch.enable_grad():
             xr = x64.detach().requires_grad_(True)
-            correction = _correction_safe_svd(xr, mode, alpha, target_kappa)
+            if centred and xr.shape[-1] < 2:
+                return torch.zeros_like(grad_c), None, None, None, None, None
+            correction = (_from_channel_mean_complement(
+                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa)) if centred
+                          else _correction_safe_svd(xr, mode, alpha, target_kappa))
             (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
-        return grad_x.to(grad_c.dtype), None, None, None, None
+        return grad_x.to(grad_c.dtype), None, None, None, None, None
 
 
 class _SafeSVD(torch.autograd.Function):
@@ -329,6 +373,21 @@ def _window_runs(length: int, window_size: int, shift_size: int) -> List[Tuple[i
     return runs
 
 
+def token_windows(grid: torch.Tensor, window_size: int, shift_size: int = 0):
+    """Yield ``(region, windows)`` for the attention windows of a (B, H, W, d) token grid.
+
+    ``region`` is the (top, left, rows, cols, win_h, win_w) of a run of equal windows (see
+    :func:`_window_runs`) and ``windows`` their token matrices as one (B * rows * cols, win_h * win_w, d)
+    batch, image-major. Windows cut by the border hold only their real tokens.
+    """
+    batch, height, width, channels = grid.shape
+    for (top, rows, win_h), (left, cols, win_w) in itertools.product(
+            _window_runs(height, window_size, shift_size), _window_runs(width, window_size, shift_size)):
+        region = grid[:, top:top + rows * win_h, left:left + cols * win_w]
+        windows = region.reshape(batch, rows, win_h, cols, win_w, channels).permute(0, 1, 3, 2, 4, 5)
+        yield (top, left, rows, cols, win_h, win_w), windows.reshape(-1, win_h * win_w, channels)
+
+
 def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int,
                             shift_size: int = 0, where: str = 'condition_token_windows',
                             **kwargs) -> torch.Tensor:
@@ -352,7 +411,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
         window_size (int): side of the square attention window, >= 1.
         shift_size (int): Swin's window shift, 0 <= shift_size < window_size. Default: 0.
         where (str): a name for error messages.
-        **kwargs: mode, alpha, target_kappa, detach, method of :func:`condition_tokens`.
+        **kwargs: mode, alpha, target_kappa, detach, method, centred of :func:`condition_tokens`.
 
     Returns:
         Tensor: the conditioned tokens, shape and dtype of ``x``.
@@ -371,13 +430,11 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
                          f'({height} x {width} = {height * width})')
     grid = x.reshape(batch, height, width, channels)
     out = grid.new_empty(grid.shape)
-    for (top, rows, win_h), (left, cols, win_w) in itertools.product(
-            _window_runs(height, window_size, shift_size), _window_runs(width, window_size, shift_size)):
-        region = grid[:, top:top + rows * win_h, left:left + cols * win_w]
-        windows = region.reshape(batch, rows, win_h, cols, win_w, channels).permute(0, 1, 3, 2, 4, 5)
-        conditioned = condition_tokens(windows.reshape(-1, win_h * win_w, channels), where=where, **kwargs)
+    for (top, left, rows, cols, win_h, win_w), windows in token_windows(grid, window_size, shift_size):
+        conditioned = condition_tokens(windows, where=where, **kwargs)
         out[:, top:top + rows * win_h, left:left + cols * win_w] = conditioned.view(
-            batch, rows, cols, win_h, win_w, channels).permute(0, 1, 3, 2, 4, 5).reshape(region.shape)
+            batch, rows, cols, win_h, win_w, channels).permute(0, 1, 3, 2, 4, 5).reshape(
+                batch, rows * win_h, cols * win_w, channels)
     return out.view(batch, num_tokens, channels)
 
 

@@ -196,3 +196,57 @@ def test_condition_number_matches_numpy():
     expected = [np.linalg.cond(m) for m in x.numpy()]
     np.testing.assert_allclose(condition_number(x).numpy(), expected, rtol=1e-10)
     assert condition_number(x[0]).dim() == 0
+
+
+def numpy_ones_complement(d):
+    """An orthonormal (d, d - 1) basis of the complement of the all-ones vector, from numpy's SVD."""
+    _, _, vh = np.linalg.svd(np.ones((1, d)))
+    return vh[1:].T
+
+
+@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('shape', [(3136, 96), (40, 64)])
+def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shape):
+    # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
+    x = torch.nn.functional.layer_norm(random_tokens(2, *shape, 1e3, dtype=torch.float64), shape[-1:])
+    x = x + torch.randn(2, shape[0], 1, dtype=torch.float64)  # a channel-mean component per token
+    got = condition_tokens(x, mode=mode, centred=True) - x
+    q = numpy_ones_complement(shape[1])
+    for b in range(2):
+        y = x[b].numpy() @ q
+        want = numpy_correction(y, mode) @ q.T
+        np.testing.assert_allclose(got[b].numpy(), want, atol=1e-9 * np.abs(want).max())
+        np.testing.assert_allclose(got[b].numpy().sum(axis=1), 0, atol=1e-9 * np.abs(want).max())  # C 1 = 0
+        assert np.linalg.cond((x[b] + got[b]).numpy() @ q) <= 2 + 1e-9
+        # the channel mean of every token is kept
+        np.testing.assert_allclose((x[b] + got[b]).numpy().mean(axis=1), x[b].numpy().mean(axis=1), atol=1e-12)
+
+
+def test_centred_variant_of_layernormed_tokens_needs_no_completion_and_differs_from_the_plain_one():
+    x = torch.nn.functional.layer_norm(random_tokens(1, 500, 32, 1e2), (32, ))
+    plain, centred = condition_tokens(x), condition_tokens(x, centred=True)
+    q = torch.from_numpy(numpy_ones_complement(32))
+    # plain: kappa(X + C) <= 2 on all channels, but the lift along the ones vector is what norm1 removes
+    assert condition_number(plain) <= 2 + BOUND_TOL
+    assert condition_number(centred.double() @ q) <= 2 + BOUND_TOL
+    assert condition_number(centred) > 1e3  # still rank-deficient along the ones vector: nothing lifted there
+    assert (plain.double().sum(-1).abs().max() > 1e-2) and (centred.double().sum(-1).abs().max() < 1e-4)
+
+
+def test_centred_gradient_matches_autograd_of_the_numpy_formula():
+    torch.manual_seed(0)
+    x = random_tokens(1, 30, 6, 1e2, dtype=torch.float64).requires_grad_(True)
+    q = torch.from_numpy(numpy_ones_complement(6))
+    out = condition_tokens(x, centred=True, detach=False)
+    u, s, vh = torch.linalg.svd(x @ q, full_matrices=False)
+    want = x + ((u * s[..., :1].unsqueeze(-2)) @ vh) @ q.T
+    weights = torch.randn_like(x)
+    (got_grad, ) = torch.autograd.grad((out * weights).sum(), x)
+    (want_grad, ) = torch.autograd.grad((want * weights).sum(), x)
+    torch.testing.assert_close(out, want.detach(), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-6, atol=1e-8)
+
+
+def test_centred_variant_of_a_single_channel_is_the_identity():
+    x = torch.randn(2, 10, 1)
+    assert torch.equal(condition_tokens(x, centred=True), x)

@@ -88,7 +88,7 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
     where = {'CondSwinTransformer': 'model.backbone.condition_stages',
              'CondViT': 'model.backbone.condition_after_pos_embed',
              'CondTokBackbone': 'model.backbone.targets'}[ours['model.backbone.type']]
-    assert changed == {'model.backbone.type', 'model.backbone.conditioning.type',
+    assert changed == {'model.data_preprocessor.type', 'model.backbone.type', 'model.backbone.conditioning.type',
                        'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
                        'model.backbone.conditioning.target_kappa', 'model.backbone.conditioning.detach',
                        where}
@@ -113,9 +113,11 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
     # condtok_mm imported, the conditioning, the instrumentation (kappa hook, TensorBoard), FastCocoMetric
     assert {k for k in changed if not k.startswith('model.backbone.cond')} == {
         'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type',
+        'model.data_preprocessor.type',
         'custom_hooks', 'vis_backends', 'visualizer.vis_backends', 'val_evaluator.type', 'test_evaluator.type'}
     assert ours['custom_hooks'] == [dict(type='AttentionConditioningHook', interval=50)]
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
+    assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
     assert ours['val_evaluator.metric'] == ['bbox', 'segm']
     assert ours['val_evaluator.type'] == ours['test_evaluator.type'] == 'FastCocoMetric'
 

@@ -1,5 +1,6 @@
 """TokenConditioner: the config-buildable module around :mod:`condtok_mm.conditioning`."""
-from typing import Optional, Tuple
+from collections import defaultdict
+from typing import Optional, Sequence, Tuple
 
 import torch
 from mmengine.model import BaseModule
@@ -9,6 +10,7 @@ from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, c
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
+CONDITIONING_POSITIONS = ('embedding', 'attention_input')
 
 
 @MODELS.register_module()
@@ -21,6 +23,10 @@ class TokenConditioner(BaseModule):
 
     It has no parameters and no buffers (adding it never changes a state dict) and is recomputed for every
     input, in training and inference. See :func:`condtok_mm.conditioning.condition_tokens` for the math.
+
+    In a padded batch each image is conditioned on its own valid tokens only (``valid_shapes`` in
+    :meth:`forward`, which the backbones fill in from :mod:`condtok_mm.models.valid_region`); padded tokens
+    pass unchanged, so the correction an image gets does not depend on its batch-mates.
 
     Args:
         mode (str): 'sigma_max' (the paper's C = s_1 U V^T, all singular values shifted by s_1) or
@@ -39,6 +45,14 @@ class TokenConditioner(BaseModule):
         shift_size (int): Swin's window shift, 0 <= shift_size < window_size, ``scope='window'`` only.
             Swin's first block of every stage is unshifted, so conditioning a stage input uses 0.
             Default: 0.
+        centred (bool): condition each token matrix on the complement of the all-ones channel vector only,
+            which is what the next LayerNorm lets through (see :mod:`condtok_mm.conditioning`).
+            Default: False (the paper's construction).
+        position (str): where the owning backbone applies the conditioner. 'embedding': the embedded tokens
+            X, i.e. the residual stream before the first block (the paper). 'attention_input': the input
+            that the first attention block multiplies, i.e. its norm1 output (per window where the block
+            is windowed), leaving the residual stream and the token scale untouched; it bounds kappa of
+            what attention sees. Default: 'embedding'.
         init_cfg (dict, optional): unused (no parameters); kept for the BaseModule interface.
     """
 
@@ -51,6 +65,8 @@ class TokenConditioner(BaseModule):
                  scope: str = 'image',
                  window_size: Optional[int] = None,
                  shift_size: int = 0,
+                 centred: bool = False,
+                 position: str = 'embedding',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if mode not in CONDITIONING_MODES:
@@ -68,6 +84,11 @@ class TokenConditioner(BaseModule):
                              '> 1 (the paper uses 2.0)')
         if not isinstance(detach, bool):
             raise ValueError(f'TokenConditioner: detach={detach!r} is invalid; use True or False')
+        if not isinstance(centred, bool):
+            raise ValueError(f'TokenConditioner: centred={centred!r} is invalid; use True or False')
+        if position not in CONDITIONING_POSITIONS:
+            raise ValueError(f'TokenConditioner: position={position!r} is not supported; valid positions are '
+                             f'{", ".join(CONDITIONING_POSITIONS)}')
         if scope not in CONDITIONING_SCOPES:
             raise ValueError(f'TokenConditioner: scope={scope!r} is not supported; valid scopes are '
                              f'{", ".join(CONDITIONING_SCOPES)}')
@@ -90,20 +111,48 @@ class TokenConditioner(BaseModule):
         self.scope = scope
         self.window_size = window_size
         self.shift_size = shift_size
+        self.centred = centred
+        self.position = position
         # Set by the owning backbone so that errors name the place, e.g. 'CondSwinTransformer stage 0'.
         self.location = type(self).__name__
 
-    def forward(self, tokens: torch.Tensor,
-                hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]] = None,
+                valid_shapes: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
         """Condition tokens of shape (B, N, C).
 
         Args:
             tokens (Tensor): (B, N, C), one N x C matrix per image, row-major over the token grid.
             hw_shape (tuple[int, int], optional): the token grid (H, W) with H * W = N; needed by
-                ``scope='window'``, not used by ``scope='image'``.
+                ``scope='window'`` and with ``valid_shapes``.
+            valid_shapes (Sequence[tuple[int, int]], optional): per image, the (h, w) top-left part of the
+                grid that holds its valid (unpadded) tokens. Image i is conditioned as the matrix of those
+                h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
+                the other tokens are returned unchanged. None: every token is valid.
         """
+        if valid_shapes is None:
+            return self._condition(tokens, hw_shape)
+        if hw_shape is None:
+            raise ValueError(f'{self.location}: valid_shapes needs the token grid: call '
+                             'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
+        batch, _, channels = tokens.shape
+        if len(valid_shapes) != batch:
+            raise ValueError(f'{self.location}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
+        height, width = hw_shape
+        images_by_shape = defaultdict(list)
+        for index, (h, w) in enumerate(valid_shapes):
+            if h > 0 and w > 0:
+                images_by_shape[(min(h, height), min(w, width))].append(index)
+        out = tokens.clone(memory_format=torch.contiguous_format)
+        grid, out_grid = tokens.reshape(batch, height, width, channels), out.view(batch, height, width, channels)
+        for (h, w), images in images_by_shape.items():
+            index = torch.tensor(images, device=tokens.device)
+            valid = grid[index, :h, :w].reshape(len(images), h * w, channels)
+            out_grid[index, :h, :w] = self._condition(valid, (h, w)).view(len(images), h, w, channels)
+        return out
+
+    def _condition(self, tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]]) -> torch.Tensor:
         options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa,
-                       detach=self.detach, method=self.method, where=self.location)
+                       detach=self.detach, method=self.method, where=self.location, centred=self.centred)
         if self.scope == 'image':
             return condition_tokens(tokens, **options)
         if hw_shape is None:
@@ -115,7 +164,8 @@ class TokenConditioner(BaseModule):
         window = (f', window_size={self.window_size}, shift_size={self.shift_size}'
                   if self.scope == 'window' else '')
         return (f'mode={self.mode!r}, alpha={self.alpha}, target_kappa={self.target_kappa}, '
-                f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}')
+                f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}, '
+                f'centred={self.centred}, position={self.position!r}')
 
 
 def build_token_conditioner(cfg: dict, location: str,

@@ -3,6 +3,9 @@
 _base_ = './mask-rcnn_swin-mini_fpn_12e_shapes.py'
 
 model = dict(
+    # mmdet's DetDataPreprocessor that also records each image's unpadded size, so that every image is
+    # conditioned on its own tokens and not on the padding its batch-mates force.
+    data_preprocessor=dict(type='ValidRegionDetDataPreprocessor'),
     backbone=dict(
         type='CondSwinTransformer',
         conditioning=dict(type='TokenConditioner', mode='sigma_max', alpha=1.0, target_kappa=2.0,

@@ -5,6 +5,9 @@
 _base_ = './mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py'
 
 model = dict(
+    # mmdet's DetDataPreprocessor that also records each image's unpadded size, so that every image is
+    # conditioned on its own tokens and not on the padding its batch-mates force.
+    data_preprocessor=dict(type='ValidRegionDetDataPreprocessor'),
     backbone=dict(
         type='CondViT',
         conditioning=dict(type='TokenConditioner', mode='sigma_max', alpha=1.0, target_kappa=2.0,

@@ -3,6 +3,9 @@
 _base_ = './mask-rcnn_xcit-s12-p16_rescale-fpn_ms-crop-3x_coco.py'
 
 model = dict(
+    # mmdet's DetDataPreprocessor that also records each image's unpadded size, so that every image is
+    # conditioned on its own tokens and not on the padding its batch-mates force.
+    data_preprocessor=dict(type='ValidRegionDetDataPreprocessor'),
     backbone=dict(
         _delete_=True,
         type='CondTokBackbone',

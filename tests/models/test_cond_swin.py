@@ -5,7 +5,7 @@ from mmdet.models.backbones import SwinTransformer
 from mmdet.models.backbones.swin import swin_converter
 
 import condtok_mm  # noqa: F401
-from condtok_mm.conditioning import condition_number
+from condtok_mm.conditioning import condition_number, condition_token_windows, condition_tokens
 from condtok_mm.registry import MODELS
 from conftest import window_matrices
 
@@ -161,3 +161,24 @@ def test_per_window_conditioning_uses_the_first_blocks_windows():
 def test_per_window_conditioning_must_match_the_attention_windows(window, message):
     with pytest.raises(ValueError, match=f'CondSwinTransformer stage 0: per-window conditioning uses .*{message}'):
         build(conditioning=dict(type='TokenConditioner', scope='window', **window))
+
+
+@pytest.mark.parametrize('scope', ['image', 'window'])
+def test_attention_input_position_conditions_norm1_output_and_leaves_the_stream(scope):
+    torch.manual_seed(0)
+    conditioned = build(conditioning=dict(type='TokenConditioner', position='attention_input', scope=scope))
+    plain = MODELS.build(dict(type='CondSwinTransformer', **SMALL, conditioning=None))
+    plain.load_state_dict(conditioned.state_dict())
+    seen = {}
+    for name, model in (('plain', plain), ('conditioned', conditioned)):
+        model.stages[0].register_forward_pre_hook(lambda m, a, name=name: seen.__setitem__(name + '_in', a[0]))
+        model.stages[0].blocks[0].norm1.register_forward_hook(
+            lambda m, a, out, name=name: seen.__setitem__(name + '_norm1', out.detach()))
+    x = torch.randn(2, 3, 64, 72)  # a 16 x 18 grid: border windows are cut
+    with torch.no_grad():
+        plain(x), conditioned(x)
+    assert torch.equal(seen['plain_in'], seen['conditioned_in'])  # the residual stream is untouched
+    want = (condition_tokens(seen['plain_norm1']) if scope == 'image' else
+            condition_token_windows(seen['plain_norm1'], (16, 18), 4))
+    torch.testing.assert_close(seen['conditioned_norm1'], want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(seen['conditioned_norm1'], seen['plain_norm1'], atol=1e-2)

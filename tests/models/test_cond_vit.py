@@ -6,7 +6,7 @@ from mmengine.registry import MODELS as ROOT_MODELS
 from mmdet.registry import MODELS as MMDET_MODELS
 
 import condtok_mm  # noqa: F401
-from condtok_mm.conditioning import condition_number
+from condtok_mm.conditioning import condition_number, condition_token_windows
 from condtok_mm.models.backbones import CondViT, ViTDetViT
 from condtok_mm.registry import MODELS
 from conftest import window_matrices
@@ -263,3 +263,24 @@ def test_drop_path_grows_over_the_blocks_and_acts_in_training_only():
         assert not torch.equal(model(x), model(x))
         model.eval()
         assert torch.equal(model(x), model(x))
+
+
+def test_attention_input_position_conditions_the_first_blocks_norm1_output_per_window():
+    torch.manual_seed(0)
+    conditioned = MODELS.build(dict(type='CondViT', **SMALL, conditioning=dict(
+        type='TokenConditioner', position='attention_input', scope='window')))
+    plain = MODELS.build(dict(type='ViTDetViT', **SMALL))
+    plain.load_state_dict(conditioned.state_dict())
+    seen = {}
+    for name, model in (('plain', plain), ('conditioned', conditioned)):
+        model.blocks[0].norm1.register_forward_hook(
+            lambda m, a, out, name=name: seen.__setitem__(name, out.detach()))
+    x = torch.randn(1, 3, 96, 112)  # a 6 x 7 grid: border windows are cut
+    with torch.no_grad():
+        plain(x), conditioned(x)
+    tokens = seen['plain'].reshape(1, 6 * 7, 32)
+    want = condition_token_windows(tokens, (6, 7), 4).view(1, 6, 7, 32)
+    torch.testing.assert_close(seen['conditioned'], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match='choose one'):
+        MODELS.build(dict(type='CondViT', **SMALL, condition_after_pos_embed=True,
+                          conditioning=dict(type='TokenConditioner', position='attention_input')))

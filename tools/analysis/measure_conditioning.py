@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
+from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
 from condtok_mm.utils import check_dataset_files, describe_machine  # noqa: E402
 from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
@@ -57,8 +58,11 @@ def measure(cfg, checkpoint, num_images, max_matrices):
         for batch in loader:
             data = model.data_preprocessor(batch, False)
             take = min(num_images - seen, data['inputs'].shape[0])
+            inputs = data['inputs'][:take]
+            # every image measured on its own valid tokens, whatever preprocessor the config has
+            record_valid_region(inputs, [sample.img_shape for sample in data['data_samples'][:take]])
             probe.active = True
-            model.backbone(data['inputs'][:take])
+            model.backbone(inputs)
             probe.active = False
             seen += take
             bar.update(take)
@@ -68,11 +72,12 @@ def measure(cfg, checkpoint, num_images, max_matrices):
 
 
 def table(scalars):
-    rows = sorted({(k.split('/')[1].rsplit('_', 1)[0], k.split('/')[2]) for k in scalars})
-    lines = [f'{"quantity":<14} {"where":<8} {"mean":>12} {"max":>12}']
-    for quantity, where in rows:
-        lines.append(f'{quantity:<14} {where:<8} {scalars[f"kappa/{quantity}_mean/{where}"]:12.4g} '
-                     f'{scalars[f"kappa/{quantity}_max/{where}"]:12.4g}')
+    """One row per quantity and place: kappa/* are condition numbers, scale/correction is ||X + C|| / ||X||."""
+    rows = sorted({(k.split('/')[0], k.split('/')[1].rsplit('_', 1)[0], k.split('/')[2]) for k in scalars})
+    lines = [f'{"quantity":<24} {"where":<8} {"mean":>12} {"max":>12}']
+    for family, quantity, where in rows:
+        lines.append(f'{family + "/" + quantity:<24} {where:<8} {scalars[f"{family}/{quantity}_mean/{where}"]:12.4g} '
+                     f'{scalars[f"{family}/{quantity}_max/{where}"]:12.4g}')
     return '\n'.join(lines)
 
 
@@ -82,12 +87,14 @@ def plot(scalars, title, out):
     fig, (ax_tokens, ax_layers) = plt.subplots(1, 2, figsize=(15, 5), width_ratios=[1, 3],
                                                constrained_layout=True)
     stages = sorted({k.split('/')[2] for k in scalars if k.startswith('kappa/tokens_in_mean/')})
-    width = 0.35
-    for offset, quantity in ((-width / 2, 'tokens_in'), (width / 2, 'tokens_out')):
-        ax_tokens.bar([i + offset for i in range(len(stages))],
-                      [scalars[f'kappa/{quantity}_mean/{s}'] for s in stages], width, label=quantity)
+    token_quantities = ('tokens_in', 'tokens_out', 'attn_input_centred')
+    width = 0.8 / len(token_quantities)
+    for q_index, quantity in enumerate(token_quantities):
+        ax_tokens.bar([i + (q_index - len(token_quantities) / 2 + 0.5) * width for i in range(len(stages))],
+                      [scalars.get(f'kappa/{quantity}_mean/{s}', float('nan')) for s in stages], width,
+                      label=quantity)
     ax_tokens.set_xticks(range(len(stages)), stages)
-    ax_tokens.set_title('embedded tokens: before / after the correction')
+    ax_tokens.set_title('tokens before / after the correction;\nfirst attention input (norm1, centred)')
     width = 0.8 / len(quantities)
     for q_index, quantity in enumerate(quantities):
         values = [scalars.get(f'kappa/{quantity}_mean/{layer}', float('nan')) for layer in layers]

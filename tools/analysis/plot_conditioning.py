@@ -17,14 +17,14 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = [
-    ('tokens_in_mean', 'embedded tokens, before the correction'),
-    ('tokens_out_mean', 'embedded tokens, as the first block sees them'),
-    ('attn_softmax_mean', 'attention matrix softmax(QK^T) (mean)'),
-    ('attn_softmax_max', 'attention matrix softmax(QK^T) (max)'),
-    ('attn_out_mean', 'attention output A(X) (mean)'),
-    ('w_q_mean', 'W_q'),
-    ('w_k_mean', 'W_k'),
-    ('w_v_mean', 'W_v'),
+    ('kappa', 'tokens_in_mean', 'embedded tokens X, before the correction'),
+    ('kappa', 'tokens_out_mean', 'X + C, the conditioner output (residual stream)'),
+    ('kappa', 'attn_input_centred_mean', 'first attention input norm1(.), centred'),
+    ('scale', 'correction_mean', 'token scale ||X + C|| / ||X||'),
+    ('kappa', 'attn_softmax_mean', 'attention matrix softmax(QK^T) (mean)'),
+    ('kappa', 'attn_softmax_max', 'attention matrix softmax(QK^T) (max)'),
+    ('kappa', 'attn_out_mean', 'attention output A(X) (mean)'),
+    ('kappa', 'w_q_mean', 'W_q (per head)'),
 ]
 LINE_STYLES = ['-', '--', ':', '-.']
 
@@ -40,14 +40,14 @@ def load_kappa_scalars(work_dir):
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
-                kappas = {k: v for k, v in record.items() if k.startswith('kappa/')}
+                kappas = {k: v for k, v in record.items() if k.startswith(('kappa/', 'scale/'))}
                 if kappas:
                     by_step.setdefault(record['step'], {}).update(kappas)
     series = {}
     for step in sorted(by_step):
         for key, value in by_step[step].items():
-            _, quantity, where = key.split('/')
-            steps, values = series.setdefault(quantity, {}).setdefault(where, ([], []))
+            family, quantity, where = key.split('/')
+            steps, values = series.setdefault(f'{family}/{quantity}', {}).setdefault(where, ([], []))
             steps.append(step)
             values.append(value)
     if not series:
@@ -57,16 +57,16 @@ def load_kappa_scalars(work_dir):
 
 def plot(runs, out):
     fig, axes = plt.subplots(2, 4, figsize=(20, 9), constrained_layout=True)
-    for ax, (quantity, title) in zip(axes.flat, PANELS):
+    for ax, (family, quantity, title) in zip(axes.flat, PANELS):
         for style, (label, series) in zip(LINE_STYLES * len(runs), runs.items()):
-            curves = series.get(quantity, {})
+            curves = series.get(f'{family}/{quantity}', {})
             colours = plt.cm.viridis([i / max(1, len(curves) - 1) for i in range(len(curves))])
             for colour, (where, (steps, values)) in zip(colours, sorted(curves.items())):
                 ax.plot(steps, values, style, color=colour, label=f'{label} {where}', linewidth=1.5)
         ax.set_yscale('log')
         ax.set_title(title)
         ax.set_xlabel('iteration')
-        ax.set_ylabel('kappa')
+        ax.set_ylabel(family)
         ax.grid(True, which='both', alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
         if handles:
@@ -85,10 +85,11 @@ def last_values(series):
         return values[-1], steps[-1]
 
     summary = {}
-    for quantity in ('tokens_in_mean', 'tokens_out_mean'):
+    for quantity in ('kappa/tokens_in_mean', 'kappa/tokens_out_mean', 'kappa/attn_input_centred_mean',
+                     'scale/correction_mean'):
         for where in sorted(series.get(quantity, {})):
             summary[f'{quantity} {where}'] = last(quantity, where)
-    for quantity in ('attn_softmax_mean', 'attn_out_mean'):
+    for quantity in ('kappa/attn_softmax_mean', 'kappa/attn_out_mean'):
         layers = series.get(quantity, {})
         if layers:
             finals = [last(quantity, where) for where in layers]
@@ -99,13 +100,13 @@ def last_values(series):
 def print_table(runs):
     summaries = {label: last_values(series) for label, series in runs.items()}
     rows = sorted({row for summary in summaries.values() for row in summary})
-    print(f'{"kappa at the last recorded iteration":<36}' + ''.join(f'{label:>24}' for label in runs))
+    print(f'{"at the last recorded iteration":<44}' + ''.join(f'{label:>24}' for label in runs))
     for row in rows:
         cells = []
         for label in runs:
             value, step = summaries[label].get(row, (float('nan'), None))
             cells.append(f'{value:.3g} (it {step})' if step is not None else 'n/a')
-        print(f'{row:<36}' + ''.join(f'{cell:>24}' for cell in cells))
+        print(f'{row:<44}' + ''.join(f'{cell:>24}' for cell in cells))
 
 
 def main():

@@ -1,10 +1,13 @@
 """CondSwinTransformer: mmdet's SwinTransformer with conditioned embedded tokens."""
+from functools import partial
 from typing import Optional, Sequence
 
+import torch
 import torch.nn as nn
 from mmdet.models.backbones import SwinTransformer
 
 from condtok_mm.models.token_conditioner import build_token_conditioner
+from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
 
 
@@ -17,12 +20,18 @@ class CondSwinTransformer(SwinTransformer):
     :class:`TokenConditioner` applied per image to the (H*W, C) token matrix at the stages listed in
     ``condition_stages``.
 
+    In a padded detection batch each image is conditioned on its own valid tokens, as recorded by
+    :class:`ValidRegionDetDataPreprocessor` for the batch tensor this backbone receives; called without such a
+    record (mmpretrain classification, a bare tensor) every token counts as valid.
+
     Args:
         conditioning (dict, optional): config of the conditioner, e.g.
             ``dict(type='TokenConditioner', mode='sigma_max')``. ``None`` disables the conditioning, and
             the backbone then computes exactly what SwinTransformer computes. With
             ``scope='window'`` each window of the stage's first (unshifted) attention block is
-            conditioned on its own; window_size and shift_size default to that block's.
+            conditioned on its own; window_size and shift_size default to that block's. With
+            ``position='attention_input'`` the conditioner acts on the norm1 output of the stage's first
+            block (what its attention multiplies) instead of on the stage input.
             Default: ``dict(type='TokenConditioner')``.
         condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
             absolute position embedding (the paper: before the first transformer block); i in 1..3 is the
@@ -50,18 +59,33 @@ class CondSwinTransformer(SwinTransformer):
         # per-stage statistics and error messages apart.
         self.conditioners = nn.ModuleDict()
         for stage in self.condition_stages:
-            first_attention = self.stages[stage].blocks[0].attn  # ShiftWindowMSA, unshifted
-            self.conditioners[str(stage)] = build_token_conditioner(
+            first_block = self.stages[stage].blocks[0]
+            first_attention = first_block.attn  # ShiftWindowMSA, unshifted
+            conditioner = build_token_conditioner(
                 conditioning, f'{type(self).__name__} stage {stage}',
                 attention_window=(first_attention.window_size, first_attention.shift_size))
+            self.conditioners[str(stage)] = conditioner
+            if conditioner.position == 'attention_input':
+                first_block.norm1.register_forward_hook(partial(self._condition_attention_input, stage))
+        # The token grid and valid region of the stage being run, for the attention-input hooks.
+        self._stage_grid = {}
 
-    def _condition(self, stage: int, tokens, hw_shape):
+    def _condition(self, stage: int, tokens, hw_shape, valid_shapes):
         conditioner = self.conditioners[str(stage)] if str(stage) in self.conditioners else None
-        return tokens if conditioner is None else conditioner(tokens, hw_shape)
+        if conditioner is None or conditioner.position != 'embedding':
+            return tokens
+        return conditioner(tokens, hw_shape, valid_shapes)
+
+    def _condition_attention_input(self, stage: int, norm, args, output: torch.Tensor) -> torch.Tensor:
+        hw_shape, valid_shapes = self._stage_grid[stage]
+        return self.conditioners[str(stage)](output, hw_shape, valid_shapes)
 
     def forward(self, x):
+        region = batch_valid_region(x)
         x, hw_shape = self.patch_embed(x)
-        x = self._condition(0, x, hw_shape)
+        valid_shapes = valid_token_shapes(region, hw_shape)
+        self._stage_grid[0] = (hw_shape, valid_shapes)
+        x = self._condition(0, x, hw_shape, valid_shapes)
 
         if self.use_abs_pos_embed:
             x = x + self.absolute_pos_embed
@@ -70,7 +94,9 @@ class CondSwinTransformer(SwinTransformer):
         outs = []
         for i, stage in enumerate(self.stages):
             if i > 0:
-                x = self._condition(i, x, hw_shape)
+                valid_shapes = valid_token_shapes(region, hw_shape)
+                self._stage_grid[i] = (hw_shape, valid_shapes)
+                x = self._condition(i, x, hw_shape, valid_shapes)
             x, hw_shape, out, out_hw_shape = stage(x, hw_shape)
             if i in self.out_indices:
                 norm_layer = getattr(self, f'norm{i}')

@@ -5,6 +5,7 @@ import torch
 
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.models.token_conditioner import build_token_conditioner
+from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
 
 
@@ -16,12 +17,18 @@ class CondViT(ViTDetViT):
     projects/ViTDet ``ViT``, so its checkpoints and MAE weights load unchanged) plus a parameter-free
     :class:`TokenConditioner` applied per image to the (H*W, C) token matrix.
 
+    In a padded detection batch each image is conditioned on its own valid tokens, as recorded by
+    :class:`ValidRegionDetDataPreprocessor` for the batch tensor this backbone receives; called without such a
+    record (a bare tensor) every token counts as valid.
+
     Args:
         conditioning (dict, optional): config of the conditioner, e.g.
             ``dict(type='TokenConditioner', mode='sigma_max')``. ``None`` disables the conditioning, and
             the backbone then computes exactly what ViTDetViT computes. With ``scope='window'`` each
             window of the first block is conditioned on its own (that block must be a window block);
-            window_size defaults to the block's. Default: ``dict(type='TokenConditioner')``.
+            window_size defaults to the block's. With ``position='attention_input'`` the conditioner acts
+            on the first block's norm1 output (what its attention multiplies, per window in a window
+            block) instead of on the embedded tokens. Default: ``dict(type='TokenConditioner')``.
         condition_after_pos_embed (bool): False conditions the patch-embedding output, before the
             absolute position embedding is added (the paper: the embedded tokens); True conditions the
             tokens the first block receives, position embedding included. Default: False.
@@ -44,25 +51,41 @@ class CondViT(ViTDetViT):
                              'position embedding to condition after')
         self.condition_after_pos_embed = condition_after_pos_embed
         first_window = self.blocks[0].window_size  # ViTDet's windows are never shifted
-        where = 'position embedding' if condition_after_pos_embed else 'patch embedding'
+        position = (conditioning or {}).get('position', 'embedding')
+        where = {'attention_input': 'block 0 attention input'}.get(
+            position, 'position embedding' if condition_after_pos_embed else 'patch embedding')
         # Parameter-free: the state dict stays that of ViTDetViT.
         self.conditioner = None if conditioning is None else build_token_conditioner(
             conditioning, f'{type(self).__name__} {where}',
             attention_window=(first_window, 0) if first_window > 0 else None)
+        self.conditions_attention_input = getattr(self.conditioner, 'position', None) == 'attention_input'
+        if self.conditions_attention_input:
+            if condition_after_pos_embed:
+                raise ValueError("CondViT: condition_after_pos_embed=True conditions the embedded tokens, "
+                                 "position='attention_input' the first block's norm1 output; choose one")
+            self.blocks[0].norm1.register_forward_hook(self._condition_attention_input)
+        # The valid token grids of the batch being run, for the attention-input hook.
+        self._valid_shapes = None
 
     def _condition(self, x: torch.Tensor) -> torch.Tensor:
-        """Condition the (B, H, W, C) grid as one (H*W, C) token matrix per image (or per window)."""
-        if self.conditioner is None:
-            return x
+        """Condition the (B, H, W, C) grid as one (H*W, C) token matrix per image (or per window), each
+        image on its valid tokens."""
         batch, height, width, channels = x.shape
-        tokens = self.conditioner(x.reshape(batch, height * width, channels), hw_shape=(height, width))
+        tokens = self.conditioner(x.reshape(batch, height * width, channels), (height, width),
+                                  self._valid_shapes)
         return tokens.view(batch, height, width, channels)
 
+    def _condition_attention_input(self, norm, args, output: torch.Tensor) -> torch.Tensor:
+        return self._condition(output)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        region = batch_valid_region(x)
         x = self.patch_embed(x)
-        if not self.condition_after_pos_embed:
+        self._valid_shapes = valid_token_shapes(region, x.shape[1:3])
+        conditions_embedding = self.conditioner is not None and not self.conditions_attention_input
+        if conditions_embedding and not self.condition_after_pos_embed:
             x = self._condition(x)
         x = self.add_abs_pos_embed(x)
-        if self.condition_after_pos_embed:
+        if conditions_embedding and self.condition_after_pos_embed:
             x = self._condition(x)
         return self.forward_blocks(x)

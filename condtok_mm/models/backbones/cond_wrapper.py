@@ -6,18 +6,21 @@ import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
 
+from condtok_mm.models.valid_region import BatchValidRegion, batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
 
 TOKEN_LAYOUTS = ('auto', 'BNC', 'BHWC', 'BCHW')
 
 
 def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
-                     hw_shape: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+                     hw_shape: Optional[Tuple[int, int]] = None,
+                     region: Optional[BatchValidRegion] = None) -> torch.Tensor:
     """Condition each image's token matrix of a tensor in one of TOKEN_LAYOUTS; same layout back.
 
     'auto' reads a 3-D tensor as (B, N, C) and a 4-D tensor as (B, C, H, W), PyTorch's convention for
     feature maps; channel-last maps (B, H, W, C), such as ViTDet's patch embedding, need 'BHWC'. The token
     grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
+    With the batch's valid ``region`` each image is conditioned on its valid tokens only.
     """
     if layout == 'auto':
         if tokens.dim() not in (3, 4):
@@ -34,13 +37,21 @@ def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
                              "condition a submodule whose output is a feature map (token_layout 'BHWC' or "
                              "'BCHW') or a (tokens, hw_shape) tuple such as mmdet's and mmpretrain's "
                              "PatchEmbed, or use scope='image'")
-        return conditioner(tokens, hw_shape=hw_shape)
+        if hw_shape is None:
+            if region is not None and any(shape != region.batch_hw for shape in region.img_shapes):
+                raise ValueError(f'{conditioner.location}: this batch is padded, and (B, N, C) tokens '
+                                 f'{tuple(tokens.shape)} without an (H, W) beside them do not say which '
+                                 'tokens are padding; condition a submodule whose output is a feature map '
+                                 "(token_layout 'BHWC' or 'BCHW') or a (tokens, hw_shape) tuple")
+            return conditioner(tokens)
+        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape))
     if layout == 'BHWC':
         b, h, w, c = tokens.shape
-        return conditioner(tokens.reshape(b, h * w, c), hw_shape=(h, w)).reshape(b, h, w, c)
+        return conditioner(tokens.reshape(b, h * w, c), (h, w),
+                           valid_token_shapes(region, (h, w))).reshape(b, h, w, c)
     b, c, h, w = tokens.shape
     matrix = tokens.flatten(2).transpose(1, 2)
-    return conditioner(matrix, hw_shape=(h, w)).transpose(1, 2).reshape(b, c, h, w)
+    return conditioner(matrix, (h, w), valid_token_shapes(region, (h, w))).transpose(1, 2).reshape(b, c, h, w)
 
 
 def _grid_of(output: tuple) -> Optional[Tuple[int, int]]:
@@ -86,11 +97,14 @@ class OutputConditioner(nn.Module):
         super().__init__()
         self.conditioner = conditioner
         self.layout = layout
+        # The valid region of the batch the wrapped backbone is running on (set by CondTokBackbone.forward).
+        self.region: Optional[BatchValidRegion] = None
 
     def hook(self, module, args, output):
         if isinstance(output, tuple):  # e.g. (tokens, hw_shape)
-            return (condition_layout(self.conditioner, output[0], self.layout, _grid_of(output)), ) + output[1:]
-        return condition_layout(self.conditioner, output, self.layout)
+            return (condition_layout(self.conditioner, output[0], self.layout, _grid_of(output),
+                                     self.region), ) + output[1:]
+        return condition_layout(self.conditioner, output, self.layout, region=self.region)
 
 
 @MODELS.register_module()
@@ -101,6 +115,11 @@ class CondTokBackbone(TransparentWrapper):
     by its conditioned tokens; tuple outputs such as ``(x, hw_shape)`` keep their other elements. The
     conditioner has no parameters and the state dict has the wrapped backbone's keys, so its pretrained
     weights load unchanged through its own ``init_cfg`` or through ``load_from``.
+
+    In a padded detection batch each image is conditioned on its own valid tokens, as recorded by
+    :class:`ValidRegionDetDataPreprocessor` for the batch tensor this backbone receives (the targets' token
+    grids must then be known: feature maps or (tokens, hw_shape) outputs); without such a record every
+    token counts as valid.
 
     Args:
         backbone (dict): config of the wrapped backbone, e.g. ``dict(type='mmpretrain.VisionTransformer',
@@ -147,7 +166,14 @@ class CondTokBackbone(TransparentWrapper):
             modules[target].register_forward_hook(output_conditioner.hook)
 
     def forward(self, *args, **kwargs):
-        return self.wrapped(*args, **kwargs)
+        region = batch_valid_region(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+        for output_conditioner in self.conditioners.values():
+            output_conditioner.region = region
+        try:
+            return self.wrapped(*args, **kwargs)
+        finally:
+            for output_conditioner in self.conditioners.values():
+                output_conditioner.region = None
 
     def train(self, mode: bool = True):
         # some wrapped backbones (mmdet's SwinTransformer) override train() and return None

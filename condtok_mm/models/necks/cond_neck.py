@@ -3,6 +3,7 @@ from typing import Optional, Sequence
 
 
 from condtok_mm.models.backbones.cond_wrapper import TransparentWrapper, condition_layout
+from condtok_mm.models.valid_region import batch_valid_region
 from condtok_mm.registry import MODELS
 
 
@@ -12,6 +13,10 @@ class CondTokNeck(TransparentWrapper):
 
     This brings the conditioning to backbones without a token stage, e.g. ResNet features entering an
     FPN. The state dict has the wrapped neck's keys.
+
+    In a padded detection batch each image is conditioned on its own valid tokens: the neck sees features,
+    not the batch, and uses the valid region that :class:`ValidRegionDetDataPreprocessor` recorded for the
+    live batch of its batch size (every token counts as valid without one).
 
     Args:
         neck (dict): config of the wrapped neck, e.g. ``dict(type='FPN', ...)``.
@@ -54,6 +59,7 @@ class CondTokNeck(TransparentWrapper):
             raise ValueError(f'CondTokNeck: levels {invalid} do not exist; the neck gets {len(inputs)} '
                              f'levels (0..{len(inputs) - 1})')
         chosen = {i % len(inputs) for i in levels}
-        conditioned = [condition_layout(self.conditioner, x, self.token_layout) if i in chosen else x
-                       for i, x in enumerate(inputs)]
+        region = batch_valid_region(batch_size=inputs[0].shape[0])
+        conditioned = [condition_layout(self.conditioner, x, self.token_layout, region=region)
+                       if i in chosen else x for i, x in enumerate(inputs)]
         return self.wrapped(tuple(conditioned))
