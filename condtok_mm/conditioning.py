@@ -27,9 +27,19 @@ since forming G squares kappa), the non-null directions need no explicit U:
     X + C = X V (I + D S^-1) V^T   on the directions with s_i > tol * s_1,
     plus  U_0 D_0 V_0^T             on the null directions V_0 (s_i <= tol * s_1),
 
-where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained by projecting fixed cosine
-(DCT-II) vectors out of range(X). The first term is X + X M with the d x d matrix M = V D S^-1 V^T, so the
-cost is about 2 N d^2 multiply-adds per image (the Gram matrix and X M).
+where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained by projecting fixed band
+vectors Z out of range(X): candidate j is the normalized indicator of the j-th of m = k + 4 horizontal bands
+of whole token rows of the image (runs of consecutive tokens for (N, d) input, or a grid with fewer rows than
+bands), so that the lift of a null direction is spread evenly over the tokens. With A = G^+ X^T Z and W the
+completion's lift (m x d),
+
+    X + C = X (I + M - A W) + Z W,
+
+where M = V D S^-1 V^T (d x d) and X^T Z is a sum over each band's tokens. The cost is the two products
+(the Gram matrix and X times one d x d matrix, about 2 N d^2 multiply-adds per image) and little else: the
+path streams over X twice in chunks of rows (:func:`_conditioned_grid_streaming`) and never holds an N x d
+float64 copy. Null directions are common: Swin-T's patch embedding maps 4 x 4 x 3 = 48 pixel values to 96
+channels, so its X has rank <= 49 and 47 directions to complete.
 When N < d the same is done on X^T (the N x N Gram matrix). ``method='svd'`` computes the same correction
 from ``torch.linalg.svd`` and serves as the reference.
 
@@ -37,21 +47,21 @@ Centred variant (``centred=True``): a LayerNorm (the next block's norm1) subtrac
 i.e. projects X onto the complement of the all-ones channel vector 1, so any part of C along 1 never reaches
 the attention. The centred variant conditions Y = X Q, the coordinates of X in an orthonormal basis Q of that
 complement (d - 1 columns), and adds C = C_Y Q^T: kappa(Y + C_Y) <= t, and C 1 = 0. Q is taken from one
-Householder reflection H (H 1/sqrt(d) = e_1, Q = H[:, 1:]), so X Q and C_Y Q^T cost O(N d) each. For the
-tokens of a LayerNorm'd patch embedding at initialisation, X 1 = 0 and Y has full rank: no null direction
-needs completing.
+Householder reflection H (H 1/sqrt(d) = e_1, Q = H[:, 1:]), so X Q and C_Y Q^T cost O(N d) each. Where the
+ones vector is X's only null direction (a LayerNorm'd patch embedding with at least as many pixel values
+per patch as channels), Y has full rank and nothing needs completing.
 
 Per-window conditioning (:func:`condition_token_windows`) applies the same construction to the token matrix
 of each attention window of a windowed-attention backbone (Swin, ViTDet) instead of the whole image.
 """
 import itertools
 import math
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ['condition_tokens', 'condition_token_windows', 'condition_number', 'token_correction',
-           'token_windows', 'channel_mean_complement',
+__all__ = ['condition_tokens', 'condition_token_windows', 'condition_valid_regions', 'condition_number',
+           'token_correction', 'write_conditioned', 'token_windows', 'channel_mean_complement',
            'CONDITIONING_MODES', 'CONDITIONING_METHODS']
 
 CONDITIONING_MODES = ('sigma_max', 'floor')
@@ -122,43 +132,87 @@ def _from_channel_mean_complement(y: torch.Tensor) -> torch.Tensor:
     return z - c * (z @ w).unsqueeze(-1) * w
 
 
-def _cosine_candidates(n: int, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The first ``m`` orthonormal DCT-II vectors of length ``n`` as an (n, m) matrix."""
-    pos = torch.arange(n, dtype=dtype, device=device)[:, None] + 0.5
-    freq = torch.arange(m, dtype=dtype, device=device)[None, :]
-    z = torch.cos(math.pi * pos * freq / n)
-    return z / z.norm(dim=0, keepdim=True)
+def _bands(n: int, m: int, width: int = 1) -> List[Tuple[int, int]]:
+    """[start, end) token ranges of ``m`` bands of an (n / width, width) token grid, row-major.
+
+    The bands are runs of whole grid rows, split as evenly as possible, where the grid has at least ``m``
+    rows, and runs of consecutive tokens otherwise (always for width 1).
+    """
+    height = n // width
+    if m > height:
+        width, height = 1, n
+    edges = [round(j * height / m) * width for j in range(m + 1)]
+    return list(zip(edges[:-1], edges[1:]))
 
 
-def _complete_null_space(x: torch.Tensor, v_range: torch.Tensor, inv_s2: torch.Tensor,
-                         null_count: torch.Tensor) -> Optional[torch.Tensor]:
-    """Orthonormal (B, N, k) vectors orthogonal to range(x), k = max(null_count); sample b needs the
-    first null_count[b] of them.
+def _band_sums(x: torch.Tensor, bands: List[Tuple[int, int]]) -> torch.Tensor:
+    """X^T Z for the normalized band indicators Z: (B, d, m), one pass over x (B, N, d)."""
+    return torch.stack([x[:, start:end].sum(1) / math.sqrt(end - start) for start, end in bands], dim=-1)
 
-    ``v_range * inv_s2`` spans range(x^T) with weights 1/s_i^2 on the non-null directions (zero on the
-    null ones), so ``x @ v_range diag(inv_s2) v_range^T x^T`` is the orthogonal projector onto range(x).
-    Returns None when the fixed candidates do not leave enough independent directions.
+
+def _add_bands(out: torch.Tensor, weights: torch.Tensor, bands: List[Tuple[int, int]]) -> None:
+    """out += Z W in place for the normalized band indicators Z and W (B, m, d): one pass over out."""
+    for j, (start, end) in enumerate(bands):
+        out[:, start:end] += (weights[:, j] / math.sqrt(end - start)).unsqueeze(1)
+
+
+def _completion_lift(x_z: torch.Tensor, v: torch.Tensor, inv_s2: torch.Tensor, lift_null: torch.Tensor,
+                     null_count: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """(A, W) such that U = Z - X A is orthogonal to range(X) and the null directions' lift is U W.
+
+    From d x m and m x m quantities only: ``x_z`` is X^T Z (Z orthonormal, m columns), ``v``/``inv_s2`` the
+    eigenvectors of G = X^T X and 1/s_i^2 on its non-null directions (0 on the null ones, which come
+    first), ``lift_null`` (B, k) the lift D_j of null direction j, ``null_count`` (B,) how many sample b
+    has. A = G^+ X^T Z; U^T U = I - (X^T Z)^T A, whose top-k eigenvectors Q give the orthonormal completion
+    U Q, and W = Q diag(D) V_0^T. Returns None when the candidates leave fewer than the needed independent
+    directions outside range(X).
+    """
+    k = lift_null.shape[-1]
+    a = (v * inv_s2.unsqueeze(-2)) @ (v.transpose(-1, -2) @ x_z)
+    u_u = -(x_z.transpose(-1, -2) @ a)
+    u_u = 0.5 * (u_u + u_u.transpose(-1, -2))
+    u_u.diagonal(dim1=-2, dim2=-1).add_(1)
+    lam_u, w = torch.linalg.eigh(u_u)
+    lam_u, w = lam_u.flip(-1)[..., :k], w.flip(-1)[..., :k]
+    needed = torch.arange(k, device=x_z.device) < null_count.unsqueeze(-1)
+    if bool(((lam_u < 1e-6) & needed).any()):
+        return None
+    q = w * torch.where(needed, lam_u, torch.ones_like(lam_u)).rsqrt().unsqueeze(-2)
+    return a, q @ ((lift_null * needed).unsqueeze(-1) * v[..., :k].transpose(-1, -2))
+
+
+def _complete_null_space(x: torch.Tensor, bands: List[Tuple[int, int]], v: torch.Tensor, inv_s2: torch.Tensor,
+                         null_count: torch.Tensor, k: int) -> Optional[torch.Tensor]:
+    """Orthonormal (B, N, k) vectors orthogonal to range(x), projected out of the band vectors explicitly and
+    twice (one Gram-Schmidt pass loses orthogonality in floating point: "twice is enough"), for spectra where
+    :func:`_completion_lift`'s single projection is not accurate. Sample b needs the first null_count[b].
+    Returns None when the candidates do not leave enough independent directions.
     """
     batch, n, _ = x.shape
-    k = int(null_count.max())
-    m = min(n, k + _COMPLETION_OVERSAMPLING)
-    z = _cosine_candidates(n, m, x.dtype, x.device).expand(batch, n, m)
-    weighted = v_range * inv_s2.unsqueeze(-2)
-    for _ in range(2):  # project twice: one Gram-Schmidt pass loses orthogonality in floating point
-        z = z - x @ (weighted @ (v_range.transpose(-1, -2) @ (x.transpose(-1, -2) @ z)))
-    # Orthonormalize the projected candidates through their small m x m Gram matrix; keep the top k.
+    z = x.new_zeros(batch, n, len(bands))
+    for j, (start, end) in enumerate(bands):
+        z[:, start:end, j] = 1 / math.sqrt(end - start)
+    weighted = v * inv_s2.unsqueeze(-2)
+    for _ in range(2):
+        z = z - x @ (weighted @ (v.transpose(-1, -2) @ (x.transpose(-1, -2) @ z)))
     lam, w = torch.linalg.eigh(z.transpose(-1, -2) @ z)
     lam, w = lam.flip(-1)[..., :k], w.flip(-1)[..., :k]
     needed = torch.arange(k, device=x.device) < null_count.unsqueeze(-1)
     if bool(((lam < 1e-6) & needed).any()):
         return None
-    lam = torch.where(needed, lam, torch.ones_like(lam))
-    return z @ (w * lam.rsqrt().unsqueeze(-2))
+    return z @ (w * torch.where(needed, lam, torch.ones_like(lam)).rsqrt().unsqueeze(-2))
 
 
-def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float,
-                          target_kappa: float) -> Optional[torch.Tensor]:
-    """C for float64 x of shape (B, N, d) with N >= d, from its d x d Gram matrix ``gram``."""
+def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+                          add_tokens: bool = False, grid_width: int = 1) -> Optional[torch.Tensor]:
+    """C (X + C with ``add_tokens``) for float64 x (B, N, d), N >= d, from its d x d Gram matrix ``gram``.
+
+    The product X (M - A W) (X (I + M - A W) for X + C) and, with null directions, two passes (band sums,
+    band lifts). Null directions beside a non-null spectrum wider than kappa 1e3, where the single
+    projection behind A would leave up to eps * kappa^2 of range(X) in the completion, are completed by
+    :func:`_complete_null_space` instead. Returns None when the band candidates cannot complete the null
+    space (the SVD then does the work).
+    """
     lam, v = torch.linalg.eigh(gram)  # ascending
     s = lam.clamp_min(0).sqrt()
     s1 = s[..., -1:]
@@ -166,20 +220,101 @@ def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha:
     null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
     lift = _lift(s, s1, mode, alpha, target_kappa) * has_signal
     # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added; summed over
-    # i this is X M with the d x d matrix M = V diag(D/S) V^T: one N x d x d product.
+    # i this is X M with the d x d matrix M = V diag(D/S) V^T (X (I + M) for X + C, at no extra cost).
     scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
-    correction = x @ ((v * scale.unsqueeze(-2)) @ v.transpose(-1, -2))
+    product = (v * (scale + 1 if add_tokens else scale).unsqueeze(-2)) @ v.transpose(-1, -2)
     null_count = null.sum(-1)
     k = int(null_count.max())
-    if k:
-        inv_s2 = torch.where(null | ~has_signal, torch.zeros_like(s), 1 / lam.clamp_min(1e-300))
-        completion = _complete_null_space(x, v, inv_s2, null_count)
+    if k == 0:
+        return x @ product
+    inv_s2 = torch.where(null | ~has_signal, torch.zeros_like(s), 1 / lam.clamp_min(1e-300))
+    bands = _bands(x.shape[-2], min(x.shape[-2], k + _COMPLETION_OVERSAMPLING), grid_width)
+    lift_null = (lift * null)[..., :k]
+    if bool((lam[..., -1] * inv_s2.amax(-1) > 1e6).any()):
+        completion = _complete_null_space(x, bands, v, inv_s2, null_count, k)
         if completion is None:
             return None
         # Null direction j (j < k_b) of sample b: completion vector j times D_j times v_j^T.
-        null_lift = (lift * null)[..., :k]
-        correction.baddbmm_(completion, null_lift.unsqueeze(-1) * v[..., :k].transpose(-1, -2))
-    return correction
+        return torch.baddbmm(x @ product, completion, lift_null.unsqueeze(-1) * v[..., :k].transpose(-1, -2))
+    completion = _completion_lift(_band_sums(x, bands), v, inv_s2, lift_null, null_count)
+    if completion is None:
+        return None
+    a, lift_w = completion
+    result = x @ (product - a @ lift_w)
+    _add_bands(result, lift_w, bands)
+    return result
+
+
+# Rows of the token grid processed at a time by the streaming Gram path: about 8k tokens, so that the float64
+# copy of a chunk (6 MB at d = 96) is reused from cache instead of allocating the N x d float64 matrix.
+_CHUNK_TOKENS = 8192
+
+
+def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str, alpha: float,
+                                target_kappa: float) -> bool:
+    """Write X + C into ``out`` for the token grids ``grid`` (B, H, W, d), H * W >= d, reading X twice.
+
+    The Gram path with nothing else materialized: pass 1 casts chunks of rows to float64 and accumulates
+    G = X^T X; with null directions, a reduction sums each band's tokens (the band candidates are runs of
+    whole grid rows, :func:`_bands`); pass 2 casts the chunks again and writes X (I + M - A W) plus the band
+    lifts Z W, cast to ``out``'s dtype, into ``out`` (B, H, W, d; any strides, e.g. the valid part of a
+    padded batch). Returns False, having written nothing, where the explicit path must do the work:
+    non-finite or extreme tokens, fewer grid rows than bands, or a completion this shortcut cannot make
+    accurately.
+    """
+    batch, height, width, d = grid.shape
+    rows = max(1, _CHUNK_TOKENS // width)
+    chunks = [(r, min(height, r + rows)) for r in range(0, height, rows)]
+    buffer = torch.empty(batch, min(rows, height), width, d, dtype=torch.float64, device=grid.device)
+    gram = torch.zeros(batch, d, d, dtype=torch.float64, device=grid.device)
+    for start, end in chunks:
+        chunk = buffer[:, :end - start]
+        chunk.copy_(grid[:, start:end])
+        tokens = chunk.view(batch, -1, d)
+        gram.baddbmm_(tokens.transpose(-1, -2), tokens)
+    largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
+    if not bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
+        return False
+    lam, v = torch.linalg.eigh(gram)  # ascending
+    s = lam.clamp_min(0).sqrt()
+    s1 = s[..., -1:]
+    null = s <= RANK_RTOL * s1  # s1 > 0: largest >= _GRAM_FLOOR
+    lift = _lift(s, s1, mode, alpha, target_kappa)
+    scale = torch.where(null, torch.zeros_like(s), lift / s.clamp_min(1e-300))
+    product = (v * (scale + 1).unsqueeze(-2)) @ v.transpose(-1, -2)  # I + M
+    null_count = null.sum(-1)
+    k = int(null_count.max())
+    bands = []
+    if k:
+        inv_s2 = torch.where(null, torch.zeros_like(s), 1 / lam.clamp_min(1e-300))
+        m = k + _COMPLETION_OVERSAMPLING
+        if m > height or bool((lam[..., -1] * inv_s2.amax(-1) > 1e6).any()):
+            return False
+        bands = [(start // width, end // width) for start, end in _bands(height * width, m, width)]  # grid rows
+        norms = [math.sqrt((end - start) * width) for start, end in bands]
+        x_z = torch.stack([grid[:, start:end].sum(dim=(1, 2), dtype=torch.float64) / norm
+                           for (start, end), norm in zip(bands, norms)], dim=-1)
+        completion = _completion_lift(x_z, v, inv_s2, (lift * null)[..., :k], null_count)
+        if completion is None:
+            return False
+        a, lift_w = completion
+        product = product - a @ lift_w
+        # Z W: every token of band j gets W_j / sqrt(tokens in band j).
+        bands = [(start, end, (lift_w[:, j] / norm)[:, None, None]) for j, ((start, end), norm)
+                 in enumerate(zip(bands, norms))]
+    result = torch.empty_like(buffer)
+    for start, end in chunks:
+        chunk = buffer[:, :end - start]
+        chunk.copy_(grid[:, start:end])
+        conditioned = result[:, :end - start]
+        torch.matmul(chunk.view(batch, -1, d), product, out=conditioned.view(batch, -1, d))
+        if not bands:
+            out[:, start:end].copy_(conditioned)
+        for band_start, band_end, band_lift in bands:  # the bands this chunk of rows meets
+            low, high = max(start, band_start), min(end, band_end)
+            if low < high:
+                torch.add(result[:, low - start:high - start], band_lift, out=out[:, low:high])
+    return True
 
 
 def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
@@ -191,20 +326,25 @@ def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: floa
 
 def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, method: str = 'gram',
-                     where: str = 'token_correction', centred: bool = False) -> torch.Tensor:
+                     where: str = 'token_correction', centred: bool = False,
+                     add_tokens: bool = False, grid_width: int = 1) -> torch.Tensor:
     """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
 
+    With ``add_tokens`` it returns X + C instead, computed without a separate pass to add X. ``grid_width``
+    is the width of the token grid the N rows come from (row-major), which places the null-space completion
+    on bands of whole grid rows.
     Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
     """
     if centred:
         if x.shape[-1] < 2:  # no complement to condition: a single channel is all channel mean
             _check_finite(x, where)
-            return torch.zeros_like(x)
-        return _from_channel_mean_complement(
+            return x.clone() if add_tokens else torch.zeros_like(x)
+        correction = _from_channel_mean_complement(
             token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where))
+        return x + correction if add_tokens else correction
     if alpha == 0:
         _check_finite(x, where)
-        return torch.zeros_like(x)
+        return x.clone() if add_tokens else torch.zeros_like(x)
     wide = x.shape[-2] < x.shape[-1]
     tall = x.transpose(-1, -2) if wide else x  # kappa and the construction are the same for X^T
     correction = None
@@ -215,7 +355,8 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         # extreme magnitude (or all-zero ones) take the rescaled path below.
         largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
         if bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
-            correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa)
+            correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa, add_tokens,
+                                               1 if wide else grid_width)
             if correction is not None:
                 return correction.transpose(-1, -2) if wide else correction
     _check_finite(x, where)
@@ -224,10 +365,13 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     amax = tall.abs().amax(dim=(-2, -1), keepdim=True)
     unit = tall / torch.where(amax > 0, amax, torch.ones_like(amax))
     if method == 'gram':
-        correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa)
+        correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa,
+                                           grid_width=1 if wide else grid_width)
     if correction is None:  # method='svd', or the Gram path's completion had no room to work
         correction = _correction_svd(unit, mode, alpha, target_kappa)
     correction = correction * amax
+    if add_tokens:
+        correction = correction + tall
     return correction.transpose(-1, -2) if wide else correction
 
 
@@ -237,8 +381,10 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample.
 
     Args:
-        x (Tensor): token matrices of shape (B, N, d) or (N, d); any floating dtype. The correction is
-            computed in float64 and the result is returned in ``x.dtype``.
+        x (Tensor): token matrices of shape (B, N, d) or (N, d), or token grids (B, H, W, d) (each the
+            H*W x d matrix of its tokens, row-major; the grid only places the null-space completion on bands
+            of whole rows); any floating dtype. The correction is computed in float64 and the result is
+            returned in ``x.dtype``.
         mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction) or 'floor' (lift only
             the singular values below s_1/t to s_1/t). Default: 'sigma_max'.
         alpha (float): scale of the correction; 1 reaches the bound, 0 disables it. Default: 1.0.
@@ -261,22 +407,108 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         ValueError: on NaN/Inf in ``x`` or on invalid arguments.
     """
     _check_arguments(mode, alpha, target_kappa, method)
-    if x.dim() not in (2, 3):
-        raise ValueError(f'{where}: expected tokens of shape (B, N, d) or (N, d), got {tuple(x.shape)}')
+    if x.dim() not in (2, 3, 4):
+        raise ValueError(f'{where}: expected tokens of shape (B, N, d), (N, d) or (B, H, W, d), got '
+                         f'{tuple(x.shape)}')
     if not x.is_floating_point():
         raise ValueError(f'{where}: expected floating-point tokens, got {x.dtype}')
-    batched = x if x.dim() == 3 else x.unsqueeze(0)
-    if batched.numel() == 0:
+    grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
+    if grid.numel() == 0:
         return x
+    options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, method=method, where=where, centred=centred)
     if detach or not torch.is_grad_enabled() or not x.requires_grad:
+        out = torch.empty(grid.shape, dtype=x.dtype, device=x.device)
         with torch.no_grad():
-            correction = token_correction(batched.detach().double(), mode, alpha, target_kappa, method,
-                                          where, centred)
+            write_conditioned(grid.detach(), out, **options)
+        if torch.is_grad_enabled() and x.requires_grad:
+            out = _ConstantCorrection.apply(grid, out)
     else:
-        _check_finite(batched, where)
-        correction = _DifferentiableCorrection.apply(batched, mode, alpha, target_kappa, method, centred)
-    out = batched + correction.to(x.dtype)
-    return out if x.dim() == 3 else out.squeeze(0)
+        batch, height, width, d = grid.shape
+        _check_finite(grid, where)
+        flat = grid.reshape(batch, height * width, d)
+        out = (flat + _DifferentiableCorrection.apply(flat, mode, alpha, target_kappa, method, centred,
+                                                      width)).view(grid.shape)
+    return out.view(x.shape)
+
+
+def write_conditioned(grid: torch.Tensor, out: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
+                      target_kappa: float = 2.0, method: str = 'gram', where: str = 'write_conditioned',
+                      centred: bool = False) -> None:
+    """Write X + C for the token grids ``grid`` (B, H, W, d) into ``out`` (same shape, any dtype and strides).
+
+    The work of :func:`condition_tokens` (same arguments; C a constant, no autograd) without allocating the
+    result, so that a caller can condition part of a tensor in place, e.g. the valid region of an image in
+    a padded batch. Cheap Gram cases stream over X twice (:func:`_conditioned_grid_streaming`); the others
+    take the explicit path on a float64 copy.
+    """
+    batch, height, width, d = grid.shape
+    if method == 'gram' and not centred and alpha != 0 and height * width >= d \
+            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa):
+        return
+    flat = grid.reshape(batch, height * width, d).double()
+    conditioned = token_correction(flat, mode, alpha, target_kappa, method, where, centred, add_tokens=True,
+                                   grid_width=width)
+    out.copy_(conditioned.view(grid.shape))
+
+
+def condition_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int, int]],
+                            window_size: Optional[int] = None, shift_size: int = 0, detach: bool = True,
+                            **kwargs) -> torch.Tensor:
+    """Condition image b on the top-left ``valid_shapes[b]`` part of its token grid only; the other tokens
+    (padding) pass unchanged.
+
+    Args:
+        grid (Tensor): token grids (B, H, W, d) of a padded batch.
+        valid_shapes (Sequence[tuple[int, int]]): per image, the (h, w) of its valid tokens.
+        window_size (int, optional): condition each attention window of the valid region on its own
+            (:func:`condition_token_windows`; windows cut by the valid region keep their valid tokens).
+            None: the valid region as one matrix. Default: None.
+        shift_size (int): Swin's window shift, with ``window_size``. Default: 0.
+        detach (bool): see :func:`condition_tokens`. Default: True.
+        **kwargs: mode, alpha, target_kappa, method, where, centred of :func:`condition_tokens`.
+
+    Returns:
+        Tensor: the conditioned grids, shape and dtype of ``grid``.
+    """
+    batch, height, width, channels = grid.shape
+    regions = [(image, min(h, height), min(w, width)) for image, (h, w) in enumerate(valid_shapes)]
+    if window_size is None and (detach or not torch.is_grad_enabled() or not grid.requires_grad):
+        out = torch.empty(grid.shape, dtype=grid.dtype, device=grid.device)
+        with torch.no_grad():
+            for image, h, w in regions:  # padding copied as it is, the valid region conditioned in place
+                out[image, h:] = grid[image, h:]
+                out[image, :h, w:] = grid[image, :h, w:]
+                if h and w:
+                    write_conditioned(grid[image:image + 1, :h, :w].detach(), out[image:image + 1, :h, :w],
+                                      **kwargs)
+        return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out
+    out = grid.clone(memory_format=torch.contiguous_format)
+    for image, h, w in regions:
+        if not (h and w):
+            continue
+        valid = grid[image:image + 1, :h, :w]
+        if window_size is None:
+            conditioned = condition_tokens(valid, detach=detach, **kwargs)
+        else:
+            conditioned = condition_token_windows(valid.reshape(1, h * w, channels), (h, w), window_size,
+                                                  shift_size, detach=detach, **kwargs).view(1, h, w, channels)
+        out[image:image + 1, :h, :w] = conditioned
+    return out
+
+
+class _ConstantCorrection(torch.autograd.Function):
+    """X + C, computed outside autograd, with C a constant: the gradient w.r.t. X is the identity.
+
+    Lets the conditioned tokens come out of one float64 product (X (I + M)) instead of X + C.to(dtype).
+    """
+
+    @staticmethod
+    def forward(ctx, x, conditioned):
+        return conditioned
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return grad_out, None
 
 
 class _DifferentiableCorrection(torch.autograd.Function):
@@ -288,11 +520,12 @@ class _DifferentiableCorrection(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, mode, alpha, target_kappa, method, centred):
+    def forward(ctx, x, mode, alpha, target_kappa, method, centred, grid_width):
         x64 = x.detach().double()
         ctx.save_for_backward(x64)
         ctx.options = (mode, alpha, target_kappa, centred)
-        return token_correction(x64, mode, alpha, target_kappa, method, centred=centred).to(x.dtype)
+        return token_correction(x64, mode, alpha, target_kappa, method, centred=centred,
+                                grid_width=grid_width).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_c):
@@ -301,12 +534,12 @@ class _DifferentiableCorrection(torch.autograd.Function):
         with torch.enable_grad():
             xr = x64.detach().requires_grad_(True)
             if centred and xr.shape[-1] < 2:
-                return torch.zeros_like(grad_c), None, None, None, None, None
+                return torch.zeros_like(grad_c), None, None, None, None, None, None
             correction = (_from_channel_mean_complement(
                 _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa)) if centred
                           else _correction_safe_svd(xr, mode, alpha, target_kappa))
             (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
-        return grad_x.to(grad_c.dtype), None, None, None, None, None
+        return grad_x.to(grad_c.dtype), None, None, None, None, None, None
 
 
 class _SafeSVD(torch.autograd.Function):

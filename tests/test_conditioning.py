@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import (CONDITIONING_MODES, _cosine_candidates, condition_number,
-                                     condition_tokens, token_correction)
+from condtok_mm.conditioning import (CONDITIONING_MODES, _bands, _conditioned_grid_streaming, _correction_gram_tall,
+                                     condition_number, condition_tokens, token_correction)
 from conftest import random_tokens
 
 SHAPES = [(3136, 96), (196, 768), (64, 512), (96, 96), (5, 3)]
@@ -90,9 +90,12 @@ def test_layernormed_tokens_are_rank_deficient_and_get_completed(mode):
 
 
 def test_null_space_completion_falls_back_when_candidates_lie_in_range():
-    # range(X) holds the first six cosine candidates, so the Gram path cannot complete U from them
-    cand = _cosine_candidates(64, 8, torch.float64, torch.device('cpu'))
-    x = (cand[:, :6] @ torch.randn(6, 8, dtype=torch.float64)).unsqueeze(0)
+    # range(X) holds the indicators of the bands the Gram path completes from, so it cannot complete U
+    x = torch.zeros(1, 64, 8, dtype=torch.float64)
+    for j, (start, end) in enumerate(_bands(64, 6)):  # X has rank 6 of 8: 2 null directions, 6 bands
+        x[0, start:end] = torch.randn(8, dtype=torch.float64)
+    gram = x.transpose(-1, -2) @ x
+    assert _correction_gram_tall(x, gram, 'sigma_max', 1.0, 2.0) is None
     assert condition_number(condition_tokens(x)) <= 2 + BOUND_TOL
 
 
@@ -250,3 +253,68 @@ def test_centred_gradient_matches_autograd_of_the_numpy_formula():
 def test_centred_variant_of_a_single_channel_is_the_identity():
     x = torch.randn(2, 10, 1)
     assert torch.equal(condition_tokens(x, centred=True), x)
+
+
+@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('rank', [96, 95, 49, 20])
+def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, rank):
+    # the non-null part of X + C is unique; the null part is D_j u_j v_j^T with u_j orthonormal and
+    # orthogonal to range(X): check exactly that, and the bound
+    x = random_tokens(1, 4000, rank, 1e2, dtype=torch.float64) @ torch.linalg.qr(
+        torch.randn(96, rank, dtype=torch.float64))[0].T  # rank 49: Swin-T's patch embedding
+    out = condition_tokens(x, mode=mode)
+    u, s, vh = torch.linalg.svd(x[0], full_matrices=False)
+    live = s > 1e-5 * s[0]
+    lift = numpy_correction(x[0].numpy(), mode)  # LAPACK's completion for the null part
+    v_live, v_null = vh[live].T, vh[~live].T
+    np.testing.assert_allclose((out[0] @ v_live).numpy(), ((x[0] + torch.from_numpy(lift)) @ v_live).numpy(),
+                               atol=1e-9 * s[0].item())
+    completion = out[0] @ v_null  # N x k: the lifted null directions
+    k = int((~live).sum())
+    if k:
+        gram = completion.T @ completion
+        d_null = (s[0] / 1 if mode == 'sigma_max' else s[0] / 2).item()
+        np.testing.assert_allclose(gram.numpy(), d_null ** 2 * np.eye(k), atol=1e-6 * d_null ** 2)
+        np.testing.assert_allclose((u[:, live].T @ completion).numpy(), 0, atol=1e-6 * d_null)
+    assert condition_number(out) <= 2 + BOUND_TOL
+
+
+@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+def test_wide_non_null_spectrum_with_null_directions_is_completed_with_two_projections(mode):
+    x = torch.nn.functional.layer_norm(random_tokens(1, 3000, 32, 1e5, dtype=torch.float64), (32, ))
+    out = condition_tokens(x, mode=mode)
+    assert condition_number(out) <= 2 + BOUND_TOL
+    q = torch.linalg.svd(x[0], full_matrices=False)[2][-1]  # the null direction: the ones vector
+    np.testing.assert_allclose(abs(float(q.sum())) / np.sqrt(32), 1, rtol=1e-9)
+
+
+@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('grid', [(60, 50), (3, 1000)])  # 60 rows: row bands; 3 rows < 51 bands: token runs
+def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
+    # rank 49 of 96 like Swin-T's patch embedding: 47 null directions, completed on bands
+    height, width = grid
+    x = (random_tokens(1, height * width, 49, 1e2) @ torch.linalg.qr(torch.randn(96, 49))[0].T)
+    out = torch.empty(1, height, width, 96)
+    streamed = _conditioned_grid_streaming(x.view(1, height, width, 96), out, mode, 1.0, 2.0)
+    assert streamed == (height >= 47 + 4)  # fewer rows than bands: the explicit path does it
+    explicit = token_correction(x.double(), mode, add_tokens=True, grid_width=width).float()
+    got = condition_tokens(x.view(1, height, width, 96), mode)
+    torch.testing.assert_close(got, explicit.view(1, height, width, 96), rtol=1e-5, atol=1e-5)
+    if streamed:
+        torch.testing.assert_close(out, got, rtol=0, atol=0)
+    assert condition_number(got.view(1, -1, 96)) <= 2 + BOUND_TOL
+
+
+def test_streaming_path_writes_into_a_strided_view_and_leaves_the_rest():
+    x = torch.nn.functional.layer_norm(random_tokens(1, 30 * 40, 96, 1e2), (96, )).view(1, 30, 40, 96)
+    out = torch.zeros(1, 32, 48, 96)
+    assert _conditioned_grid_streaming(x[:, :, :35], out[:, :30, :35], 'sigma_max', 1.0, 2.0)
+    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous()), rtol=0, atol=0)
+    assert out[:, 30:].abs().max() == 0 and out[:, :, 35:].abs().max() == 0
+
+
+def test_grid_input_raises_on_non_finite_tokens_with_location():
+    x = torch.randn(1, 20, 30, 8)
+    x[0, 3, 4, 5] = float('nan')
+    with pytest.raises(ValueError, match='CondX stage 0: the token matrix has 1 non-finite'):
+        condition_tokens(x, where='CondX stage 0')

@@ -88,10 +88,14 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
     where = {'CondSwinTransformer': 'model.backbone.condition_stages',
              'CondViT': 'model.backbone.condition_after_pos_embed',
              'CondTokBackbone': 'model.backbone.targets'}[ours['model.backbone.type']]
-    assert changed == {'model.data_preprocessor.type', 'model.backbone.type', 'model.backbone.conditioning.type',
+    # detection batches are padded: the conditioned twin records each image's valid region for the conditioner
+    padded = {'model.data_preprocessor.type'} if ours['model.type'] != 'ImageClassifier' else set()
+    assert changed == {'model.backbone.type', 'model.backbone.conditioning.type',
                        'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
                        'model.backbone.conditioning.target_kappa', 'model.backbone.conditioning.detach',
-                       where}
+                       where} | padded
+    if padded:
+        assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
 
 
 @pytest.mark.parametrize('path', sorted(CONDITIONING_VARIANTS))

@@ -1,12 +1,11 @@
 """TokenConditioner: the config-buildable module around :mod:`condtok_mm.conditioning`."""
-from collections import defaultdict
 from typing import Optional, Sequence, Tuple
 
 import torch
 from mmengine.model import BaseModule
 
 from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, condition_token_windows,
-                                     condition_tokens)
+                                     condition_tokens, condition_valid_regions)
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
@@ -129,36 +128,30 @@ class TokenConditioner(BaseModule):
                 h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
                 the other tokens are returned unchanged. None: every token is valid.
         """
-        if valid_shapes is None:
-            return self._condition(tokens, hw_shape)
+        options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa, detach=self.detach,
+                       method=self.method, where=self.location, centred=self.centred)
+        window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}
         if hw_shape is None:
-            raise ValueError(f'{self.location}: valid_shapes needs the token grid: call '
-                             'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
-        batch, _, channels = tokens.shape
-        if len(valid_shapes) != batch:
-            raise ValueError(f'{self.location}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
-        height, width = hw_shape
-        images_by_shape = defaultdict(list)
-        for index, (h, w) in enumerate(valid_shapes):
-            if h > 0 and w > 0:
-                images_by_shape[(min(h, height), min(w, width))].append(index)
-        out = tokens.clone(memory_format=torch.contiguous_format)
-        grid, out_grid = tokens.reshape(batch, height, width, channels), out.view(batch, height, width, channels)
-        for (h, w), images in images_by_shape.items():
-            index = torch.tensor(images, device=tokens.device)
-            valid = grid[index, :h, :w].reshape(len(images), h * w, channels)
-            out_grid[index, :h, :w] = self._condition(valid, (h, w)).view(len(images), h, w, channels)
-        return out
-
-    def _condition(self, tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]]) -> torch.Tensor:
-        options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa,
-                       detach=self.detach, method=self.method, where=self.location, centred=self.centred)
-        if self.scope == 'image':
+            if self.scope == 'window':
+                raise ValueError(f"{self.location}: scope='window' needs the token grid: call "
+                                 'conditioner(tokens, hw_shape=(H, W))')
+            if valid_shapes is not None:
+                raise ValueError(f'{self.location}: valid_shapes needs the token grid: call '
+                                 'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
             return condition_tokens(tokens, **options)
-        if hw_shape is None:
-            raise ValueError(f"{self.location}: scope='window' needs the token grid: call "
-                             'conditioner(tokens, hw_shape=(H, W))')
-        return condition_token_windows(tokens, hw_shape, self.window_size, self.shift_size, **options)
+        batch, num_tokens, channels = tokens.shape
+        if valid_shapes is not None and len(valid_shapes) != batch:
+            raise ValueError(f'{self.location}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
+        if self.scope == 'window' and valid_shapes is None:
+            return condition_token_windows(tokens, hw_shape, **window, **options)
+        height, width = hw_shape
+        if height * width != num_tokens:
+            raise ValueError(f'{self.location}: {num_tokens} tokens do not fill the grid hw_shape='
+                             f'{tuple(hw_shape)} ({height} x {width} = {height * width})')
+        grid = tokens.reshape(batch, height, width, channels)
+        if valid_shapes is None:
+            return condition_tokens(grid, **options).view(tokens.shape)
+        return condition_valid_regions(grid, valid_shapes, **window, **options).view(tokens.shape)
 
     def extra_repr(self) -> str:
         window = (f', window_size={self.window_size}, shift_size={self.shift_size}'

@@ -14,12 +14,12 @@ def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path
     the plain SVD on the tokens the model's conditioner received, kappa <= 2 after both."""
     result = subprocess.run(
         [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'overhead.py'), '--models', 'swin-t',
-         '--size', '128', '160', '--repeats', '2', '--conditioner-repeats', '1', '--device', 'cpu',
+         '--size', '120', '150', '--repeats', '2', '--conditioner-repeats', '1', '--device', 'cpu',
          '--out-dir', str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.load(open(tmp_path / 'overhead.json'))
     swin = summary['results']['swin-t']
-    assert swin['size'] == [128, 160] and swin['step_goal_percent'] == 1.0
+    assert swin['size'] == [120, 150] and swin['step_goal_percent'] == 1.0
     for phase in ('train', 'inference'):
         assert all(len(swin['times'][phase][variant]) == 2 for variant in ('baseline', 'conditioned'))
         assert swin[phase]['baseline_s'] > 0 and swin[phase]['conditioned_s'] > 0
@@ -27,7 +27,11 @@ def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path
     assert swin['memory']['kind'] == 'peak RSS of the process'
     assert process['baseline_bytes'] > 2**27 and process['conditioned_bytes'] > 2**27
     conditioner = swin['conditioner']
-    assert conditioner['tokens_shape'] == [1, 32 * 40, 96]  # stride-4 patch embedding of 128 x 160
+    # stride-4 patch embedding of 120 x 150 padded to 128 x 160: the conditioner sees 30 x 38 valid tokens
+    assert conditioner['tokens_shape'] == [1, 32 * 40, 96] and conditioner['valid_shapes'] == [[30, 38]]
+    floor = conditioner['floor (two float64 products)']['seconds']
+    assert conditioner['conditioner']['times_floor'] == conditioner['conditioner']['seconds'] / floor
+    assert 'x the floor (goal <= 1.5x' in result.stdout
     for implementation in ('conditioner', 'torch.linalg.svd'):
         assert conditioner[implementation]['kappa_before_max'] > 10
         assert conditioner[implementation]['kappa_after_max'] == pytest.approx(2.0, abs=1e-3)

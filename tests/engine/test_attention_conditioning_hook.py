@@ -115,11 +115,13 @@ def test_recording_does_not_change_training_and_writes_log_scalars_and_tensorboa
     kappa_steps = [r['step'] for r in records if 'kappa/tokens_out_mean/stage0' in r]
     assert kappa_steps == [1, 2]
     last = [r for r in records if 'kappa/tokens_out_mean/stage0' in r][-1]
+    assert last['scale/correction_mean/stage0'] > 1 and 1 < last['kappa/attn_input_centred_mean/stage0'] < 1e16
     assert last['kappa/tokens_out_max/stage0'] <= 2 + 1e-3
     assert sum(k.startswith('kappa/attn_softmax_mean/layer') for k in last) == 5  # depths 1+1+2+1
     (log_file, ) = glob.glob(str(tmp_path / 'with' / '*' / '*.log'))
     log = open(log_file).read()
     assert 'Iter(train) [2] conditioning: stage0 tokens kappa' in log and 'layer04' in log
+    assert ', attention input kappa ' in log and '(scale x' in log
     assert glob.glob(str(tmp_path / 'with' / '*' / 'vis_data' / 'events.out.tfevents.*'))
 
     # the plot tool reads the real work dirs and writes a PNG
@@ -142,7 +144,9 @@ def test_measure_tool_writes_table_json_and_png(shapes_root, tmp_path):
          '--num-images', '3', '--out-dir', str(tmp_path), '--cfg-options', *options],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert 'tokens_out     stage0' in result.stdout and 'attn_softmax   layer04' in result.stdout
+    for row in ('kappa/tokens_out         stage0', 'kappa/attn_input_centred stage0',
+                'scale/correction         stage0', 'kappa/attn_softmax       layer04'):
+        assert row in result.stdout
     measured = json.load(open(tmp_path / 'measure_conditioning.json'))
     assert measured['num_images'] == 3
     assert measured['kappa']['kappa/tokens_out_max/stage0'] <= 2 + 1e-3

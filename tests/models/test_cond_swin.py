@@ -178,7 +178,7 @@ def test_attention_input_position_conditions_norm1_output_and_leaves_the_stream(
     with torch.no_grad():
         plain(x), conditioned(x)
     assert torch.equal(seen['plain_in'], seen['conditioned_in'])  # the residual stream is untouched
-    want = (condition_tokens(seen['plain_norm1']) if scope == 'image' else
+    want = (condition_tokens(seen['plain_norm1'].view(2, 16, 18, 32)).view(2, 288, 32) if scope == 'image' else
             condition_token_windows(seen['plain_norm1'], (16, 18), 4))
     torch.testing.assert_close(seen['conditioned_norm1'], want, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(seen['conditioned_norm1'], seen['plain_norm1'], atol=1e-2)
