@@ -122,7 +122,8 @@ class TokenConditioner(BaseModule):
         Args:
             tokens (Tensor): (B, N, C), one N x C matrix per image, row-major over the token grid.
             hw_shape (tuple[int, int], optional): the token grid (H, W) with H * W = N; needed by
-                ``scope='window'`` and with ``valid_shapes``.
+                ``scope='window'`` and with ``valid_shapes``; with ``scope='image'`` it places the
+                null-space completion on bands of whole token rows (see :mod:`condtok_mm.conditioning`).
             valid_shapes (Sequence[tuple[int, int]], optional): per image, the (h, w) top-left part of the
                 grid that holds its valid (unpadded) tokens. Image i is conditioned as the matrix of those
                 h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
