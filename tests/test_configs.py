@@ -71,7 +71,8 @@ def baseline_of(path):
 @pytest.mark.parametrize('path', CONFIGS, ids=rel)
 def test_config_builds_its_model(path):
     cfg = Config.fromfile(path)
-    assert cfg.custom_imports == dict(imports=['condtok_mm'], allow_failed_imports=False)
+    # every config registers our modules and opts in to the run-time fixes
+    assert cfg.custom_imports == dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
     init_default_scope(cfg.get('default_scope', 'mmdet'))  # mmdet or mmpretrain
     model = MODELS.build(cfg.model)  # weights are not loaded: nothing is downloaded
     assert sum(p.numel() for p in model.parameters()) > 0

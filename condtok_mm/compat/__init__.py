@@ -1,6 +1,16 @@
-"""Run-time fixes for the pinned stack (torch 2.14, mmengine 0.10.7), applied once on import.
+"""Run-time fixes for bugs of the installed OpenMMLab stack (mmengine <= 0.10.7 with torch >= 2.6). Opt-in.
 
-Each fix says which upstream bug it covers; none edits an installed package.
+Importing condtok_mm changes nothing outside its registries. These fixes change mmengine's behaviour for the
+whole process, so they apply only when asked for, in one of two ways:
+
+- ``condtok_mm.compat.apply()`` in Python (our ``tools/train.py``, ``tools/test.py`` and analysis tools call it);
+- ``custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'])`` in a config (our configs do;
+  importing :mod:`condtok_mm.compat.enable` calls ``apply()``).
+
+Each fix says which upstream bug it covers, edits no installed file, and applies only where the installed
+version has the bug (:data:`FIXES`, ``needed``): every one of them is in mmengine 0.10.7, the newest mmengine
+release when this was written, so each applies to mmengine <= 0.10.7 and is skipped, with a log line, on a
+newer one. The checkpoint loader also needs torch >= 2.6 (``weights_only`` checks with allow-lists).
 
 - Checkpoint loading: torch >= 2.6 refuses mmengine's checkpoints (``weights_only``).
 - Distributed runs without a GPU (``torchrun``/``srun`` on CPU machines): mmengine's launchers select a CUDA
@@ -17,7 +27,9 @@ import os.path as osp
 import random
 import subprocess
 import sys
+from typing import Callable, NamedTuple, Set, Tuple
 
+import mmengine
 import numpy as np
 import torch
 import torch.distributed as torch_dist
@@ -33,13 +45,13 @@ from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner, ValLoop
 from mmengine.runner import checkpoint as checkpoint_module
 from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.utils import digit_version
 from torch.nn.parallel import DistributedDataParallel
 
 # Where a checkpoint keeps the random generator states of the processes that saved it (a list, one entry per
 # rank), inside the message hub's runtime information that mmengine saves and resumes.
 RANDOM_STATES_KEY = 'condtok_mm_random_states'
 
-_applied = False
 _upstream_init_dist_pytorch = dist_utils._init_dist_pytorch
 _upstream_init_dist_slurm = dist_utils._init_dist_slurm
 _upstream_wrap_model = Runner.wrap_model
@@ -332,19 +344,42 @@ def _val_loop_run(self):
         set_random_states(states)
 
 
-def apply() -> None:
-    """Apply every fix once (idempotent)."""
-    global _applied
-    if _applied:
-        return
+# ----------------------------------------------------------------------------------------------------------
+# Which fixes the installed versions need, and applying them
+# ----------------------------------------------------------------------------------------------------------
+# The newest mmengine that has every bug fixed here (0.10.7, March 2025, was the newest release when this was
+# written; `pip index versions mmengine`). A newer mmengine may have fixed any of them, so none is applied to
+# it: re-check each against the new version before raising this bound.
+LAST_MMENGINE_WITH_THE_BUGS = '0.10.7'
+
+
+def mmengine_has_the_bugs() -> bool:
+    """Whether the installed mmengine is one whose bugs these fixes cover (mmengine <= 0.10.7)."""
+    return digit_version(mmengine.__version__) <= digit_version(LAST_MMENGINE_WITH_THE_BUGS)
+
+
+def torch_loads_weights_only() -> bool:
+    """Whether torch.load defaults to ``weights_only=True`` (torch >= 2.6), which mmengine <= 0.10.7 does not
+    expect."""
+    return digit_version(torch.__version__) >= digit_version('2.6.0')
+
+
+def _use_local_checkpoint_loader():
     CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
 
+
+def _use_cpu_launchers():
     # init_dist looks both launchers up in its module at call time
     dist_utils._init_dist_pytorch = _init_dist_pytorch
     dist_utils._init_dist_slurm = _init_dist_slurm
     Runner.wrap_model = _wrap_model
+
+
+def _use_scale_lr():
     Runner.scale_lr = _scale_lr
 
+
+def _use_atomic_checkpoints():
     # save_checkpoint is imported by name into several mmengine modules (runner, runner.runner,
     # _strategy.*); rebind it wherever mmengine imported it.
     for name, module in list(sys.modules.items()):
@@ -352,7 +387,52 @@ def apply() -> None:
                                                    None) is _upstream_save_checkpoint:
             module.save_checkpoint = save_checkpoint
     CheckpointHook._save_checkpoint_with_step = _save_checkpoint_with_step
+
+
+def _use_exact_resume():
     Runner.save_checkpoint = _runner_save_checkpoint
     Runner.resume = _resume
     ValLoop.run = _val_loop_run
-    _applied = True
+
+
+class Fix(NamedTuple):
+    name: str
+    what: str  # one line for the log and the README
+    needed: Callable[[], bool]  # whether the installed versions have the bug
+    apply: Callable[[], None]
+
+
+FIXES = (
+    Fix('checkpoint_loading', 'local checkpoints load under torch >= 2.6 (mmengine <= 0.10.7 loads them with '
+        "torch's default weights_only=True, which refuses its own HistoryBuffer and numpy objects)",
+        lambda: mmengine_has_the_bugs() and torch_loads_weights_only(), _use_local_checkpoint_loader),
+    Fix('cpu_launchers', '--launcher pytorch/slurm without a GPU: gloo instead of nccl, no '
+        'torch.cuda.set_device, DDP without device_ids', mmengine_has_the_bugs, _use_cpu_launchers),
+    Fix('auto_scale_lr', "--auto-scale-lr also scales the base_lr that the log reports", mmengine_has_the_bugs,
+        _use_scale_lr),
+    Fix('atomic_checkpoints', 'checkpoints and last_checkpoint are written to a temporary file and renamed; the '
+        'oldest checkpoint is deleted only after the next one is saved', mmengine_has_the_bugs,
+        _use_atomic_checkpoints),
+    Fix('exact_resume', "checkpoints carry every process's random generator states, which --resume restores",
+        mmengine_has_the_bugs, _use_exact_resume),
+)
+_applied: Set[str] = set()
+
+
+def apply() -> Tuple[str, ...]:
+    """Apply every fix of :data:`FIXES` that the installed versions need (once; calling again does nothing).
+
+    Returns:
+        tuple[str]: the names of the fixes applied in this process, by this call or an earlier one.
+    """
+    for fix in FIXES:
+        if fix.name in _applied:
+            continue
+        if fix.needed():
+            fix.apply()
+            _applied.add(fix.name)
+        else:
+            print_log(f'condtok_mm.compat: {fix.name} not applied: mmengine {mmengine.__version__} with torch '
+                      f'{torch.__version__} does not have the bug it fixes ({fix.what}).', logger='current',
+                      level=logging.DEBUG)
+    return tuple(fix.name for fix in FIXES if fix.name in _applied)
