@@ -7,6 +7,7 @@ import json
 import os
 import os.path as osp
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,14 +22,15 @@ from mmengine.config import Config
 from mmengine.dist import init_dist
 from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
 from mmengine.model import BaseModel, MMDistributedDataParallel
 from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
-from mmengine.runner import Runner, find_latest_checkpoint
+from mmengine.runner import Runner, find_latest_checkpoint, load_checkpoint
 from torch import nn
 from torch.utils.data import Dataset
 
 from condtok_mm import compat
-from conftest import REPO_ROOT, free_port
+from conftest import DEMO, REPO_ROOT, data_options, free_port
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes.
@@ -377,3 +379,79 @@ def test_a_resumed_run_draws_the_random_numbers_of_the_uninterrupted_run(tmp_pat
         assert torch.equal(tensor, expected[name]), name
     assert resumed.message_hub.get_scalar('val/mean').current() == \
         uninterrupted.message_hub.get_scalar('val/mean').current()
+
+
+class RunsACommand:
+    """What a malicious .pth holds: unpickling it runs a shell command."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command, )
+
+
+def save_a_checkpoint_that_runs(command, path, legacy_format=False):
+    torch.save({'state_dict': nn.Linear(2, 1).state_dict(), 'meta': {'note': RunsACommand(command)}}, path,
+               _use_new_zipfile_serialization=not legacy_format)
+
+
+@pytest.mark.parametrize('legacy_format', [False, True], ids=['zip', 'legacy'])
+def test_a_checkpoint_whose_pickle_would_run_a_command_is_refused_and_the_command_never_runs(
+        tmp_path, legacy_format):
+    marker = tmp_path / 'the_command_ran'
+    path = str(tmp_path / 'epoch_1.pth')
+    save_a_checkpoint_that_runs(f'touch {marker}', path, legacy_format)
+    with pytest.raises(compat.UnsafeCheckpointError,
+                       match=f'Refusing to load the checkpoint {re.escape(path)}: it holds posix.system, '):
+        load_checkpoint(nn.Linear(2, 1), path)  # what load_from, --resume and tools/test.py call
+    assert not marker.exists()
+
+
+class ReachesIntoHistoryBuffer:
+    """A pickle that uses the getattr HistoryBuffer's own pickles need to reach its class-level registry."""
+
+    def __reduce__(self):
+        return getattr, (HistoryBuffer, '_statistics_methods')
+
+
+def test_the_getattr_of_history_buffer_pickles_reaches_nothing_else(tmp_path):
+    path = str(tmp_path / 'epoch_1.pth')
+    torch.save({'meta': {'note': ReachesIntoHistoryBuffer()}}, path)
+    with pytest.raises(compat.UnsafeCheckpointError,
+                       match=f"checkpoint {re.escape(path)}: it holds getattr\\(<class "
+                       "'mmengine.logging.history_buffer.HistoryBuffer'>, '_statistics_methods'\\), "):
+        load_checkpoint(nn.Linear(2, 1), path)
+
+
+def test_runner_checkpoints_hold_exactly_the_allowed_types_and_load(tmp_path):
+    Runner.from_cfg(toy_cfg(tmp_path / 'trained', train_cfg=dict(max_epochs=1))).train()
+    path = str(tmp_path / 'trained' / 'epoch_1.pth')
+    allowed = {name if isinstance(name, str) else f'{name.__module__}.{name.__name__}'
+               for name in (entry[1] if isinstance(entry, tuple) else entry
+                            for entry in compat.checkpoint_safe_globals())}
+    held = set(torch.serialization.get_unsafe_globals_in_checkpoint(path))  # outside torch's own allow-list
+    # the message hub's buffers (with their statistics methods), numpy arrays and scalars, random states
+    # (the dtype classes are built, not named, so they are not listed: loading below needs them)
+    assert {'mmengine.logging.history_buffer.HistoryBuffer', 'builtins.getattr', 'numpy.ndarray',
+            'numpy.dtype'} <= held <= allowed
+    assert all(name.startswith('numpy.') for name in allowed - held)
+
+    runner = Runner.from_cfg(toy_cfg(tmp_path / 'fine-tuned', load_from=path, train_cfg=dict(max_epochs=1)))
+    runner.load_or_resume()
+    trained = torch.load(path, weights_only=False)['state_dict']
+    for name, tensor in runner.model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+
+
+def test_tools_test_refuses_a_checkpoint_that_would_run_a_command(shapes_root, tmp_path):
+    marker = tmp_path / 'the_command_ran'
+    path = str(tmp_path / 'epoch_12.pth')
+    save_a_checkpoint_that_runs(f'touch {marker}', path)
+    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', 'test.py'), DEMO, path, '--work-dir',
+                             str(tmp_path / 'test'), '--cfg-options', *data_options(shapes_root, 1)],
+                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f'error: Refusing to load the checkpoint {path}: it holds posix.system, ' in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not marker.exists()

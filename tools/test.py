@@ -130,7 +130,10 @@ def main():
         runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
 
     # start testing
-    runner.test()
+    try:
+        runner.test()
+    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+        sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':

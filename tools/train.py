@@ -112,7 +112,10 @@ def main():
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
-    runner.train()
+    try:
+        runner.train()
+    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+        sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':
