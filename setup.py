@@ -26,9 +26,15 @@ setup(
     # configs ship inside the package as condtok_mm/.mim/configs (a symlink to configs/ in the
     # checkout), where OpenMMLab tools look for a package's configs, as mmdet's wheel does.
     package_data={'condtok_mm': ['.mim/configs/*.py', '.mim/configs/*/*.py', '.mim/configs/*/*/*.py']},
+    # Syntax checked by tests/test_packaging.py; the versions verified at run time: Python 3.11 with
+    # requirements/constraints.txt.
     python_requires='>=3.8',
-    install_requires=read_requirements('requirements/runtime.txt') + ['mmcv>=2.0.0rc4,<2.2.0'],
-    extras_require={'tests': read_requirements('requirements/tests.txt')},
+    install_requires=read_requirements('requirements/runtime.txt'),
+    extras_require={
+        'mmpretrain': read_requirements('requirements/mmpretrain.txt'),
+        'coco': read_requirements('requirements/coco.txt'),
+        'tests': read_requirements('requirements/tests.txt'),
+    },
     license='Apache License 2.0',
     zip_safe=False,
 )
