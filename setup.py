@@ -33,6 +33,7 @@ setup(
     extras_require={
         'mmpretrain': read_requirements('requirements/mmpretrain.txt'),
         'coco': read_requirements('requirements/coco.txt'),
+        'analysis': read_requirements('requirements/analysis.txt'),
         'tests': read_requirements('requirements/tests.txt'),
     },
     license='Apache License 2.0',

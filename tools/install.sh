@@ -87,7 +87,7 @@ fi
 
 log "step 3/3: mmengine, mmdet, mmpretrain, evaluation and test requirements, condtok_mm"
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
-    -r requirements/coco.txt -r requirements/tests.txt
+    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 
 check_mmcv_ops || die "mmcv.ops did not load its compiled extension (mmcv._ext); remove $WHEEL_DIR and rerun"
