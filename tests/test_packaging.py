@@ -9,19 +9,28 @@ import sys
 import sysconfig
 import zipfile
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, build_wheel
 
 
 def test_wheel_ships_the_package_and_its_configs(tmp_path):
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation',
-                    REPO_ROOT, '-w', str(tmp_path)], check=True, capture_output=True, cwd=tmp_path)
-    (wheel, ) = glob.glob(str(tmp_path / 'condtok_mm-*.whl'))
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {osp.relpath(p, REPO_ROOT) for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'),
                                                             recursive=True)}
     assert configs and {f'condtok_mm/.mim/{c}' for c in configs} <= names
     assert {'condtok_mm/conditioning.py', 'condtok_mm/models/backbones/cond_swin.py'} <= names
     assert not any(n.startswith(('tests/', 'tools/')) for n in names)
+    # what mim looks for: the model index with the metafiles it imports, and the tools
+    assert {'condtok_mm/.mim/model-index.yml', 'condtok_mm/.mim/configs/swin/metafile.yml',
+            'condtok_mm/.mim/tools/train.py', 'condtok_mm/.mim/tools/test.py',
+            'condtok_mm/.mim/tools/analysis/plot_conditioning.py'} <= names
+    (license_file, ) = [n for n in names if n.endswith('LICENSE')]  # dist-info/licenses/LICENSE
+    assert zipfile.ZipFile(wheel).read(license_file) == open(osp.join(REPO_ROOT, 'LICENSE'), 'rb').read()
+
+
+def test_the_license_file_is_the_license_setup_py_declares():
+    assert declared('license') == 'Apache License 2.0'
+    assert ' '.join(open(osp.join(REPO_ROOT, 'LICENSE')).read().split()[:4]) == 'Apache License Version 2.0,'
 
 
 def declared(keyword):
