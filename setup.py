@@ -38,6 +38,7 @@ setup(
         'mmpretrain': read_requirements('requirements/mmpretrain.txt'),
         'coco': read_requirements('requirements/coco.txt'),
         'analysis': read_requirements('requirements/analysis.txt'),
+        'seg': read_requirements('requirements/seg.txt'),
         'tests': read_requirements('requirements/tests.txt'),
     },
     license='Apache License 2.0',

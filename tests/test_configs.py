@@ -125,7 +125,7 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
 # is: mmdet's COCO schedules are for 8 GPUs x 2 images (ViTDet's for 64 GPUs x 1 image), the demo's for 1 process
 # x 4 images.
 BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
-                    'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/upernet/': 16, 'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
                     'configs/classification/': 1024}
 
 

@@ -58,7 +58,7 @@ def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_pat
         f.write(sysconfig.get_paths()['purelib'] + '\n')  # this environment's packages, after the host's own
     result = subprocess.run(
         [str(venv / 'bin' / 'python'), '-m', 'pip', 'install', '--dry-run', '--no-index', '--no-build-isolation',
-         '--quiet', '--report', str(tmp_path / 'report.json'), f'{REPO_ROOT}[mmpretrain,coco,analysis,tests]'],
+         '--quiet', '--report', str(tmp_path / 'report.json'), f'{REPO_ROOT}[mmpretrain,coco,analysis,seg,tests]'],
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, 'PIP_CONSTRAINT': ''})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.load(open(tmp_path / 'report.json'))

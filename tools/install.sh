@@ -85,9 +85,9 @@ else
     "${PIP[@]}" install -q --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
 fi
 
-log "step 3/3: mmengine, mmdet, mmpretrain, evaluation and test requirements, condtok_mm"
+log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requirements, condtok_mm"
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
-    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/tests.txt
+    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 
 check_mmcv_ops || die "mmcv.ops did not load its compiled extension (mmcv._ext); remove $WHEEL_DIR and rerun"
