@@ -25,10 +25,22 @@ setup(
     packages=find_packages(exclude=('configs', 'tools', 'tests')),
     # configs ship inside the package as condtok_mm/.mim/configs (a symlink to configs/ in the
     # checkout), where OpenMMLab tools look for a package's configs, as mmdet's wheel does.
-    package_data={'condtok_mm': ['.mim/configs/*.py', '.mim/configs/*/*.py', '.mim/configs/*/*/*.py']},
+    # tools/ and model-index.yml ship as condtok_mm/.mim/tools and .mim/model-index.yml (symlinks too), where mim
+    # looks for them (`mim train condtok_mm CONFIG`, `mim run condtok_mm plot_conditioning`, `mim search`).
+    package_data={'condtok_mm': ['.mim/configs/*.py', '.mim/configs/*/*.py', '.mim/configs/*/*/*.py',
+                                 '.mim/configs/*/metafile.yml', '.mim/model-index.yml', '.mim/tools/*.py',
+                                 '.mim/tools/*.sh', '.mim/tools/*/*.py']},
+    # Syntax checked by tests/test_packaging.py; the versions verified at run time: Python 3.11 with
+    # requirements/constraints.txt.
     python_requires='>=3.8',
-    install_requires=read_requirements('requirements/runtime.txt') + ['mmcv>=2.0.0rc4,<2.2.0'],
-    extras_require={'tests': read_requirements('requirements/tests.txt')},
+    install_requires=read_requirements('requirements/runtime.txt'),
+    extras_require={
+        'mmpretrain': read_requirements('requirements/mmpretrain.txt'),
+        'coco': read_requirements('requirements/coco.txt'),
+        'analysis': read_requirements('requirements/analysis.txt'),
+        'seg': read_requirements('requirements/seg.txt'),
+        'tests': read_requirements('requirements/tests.txt'),
+    },
     license='Apache License 2.0',
     zip_safe=False,
 )

@@ -1,6 +1,8 @@
 import argparse
+import glob
 import math
 import os.path as osp
+import shutil
 import socket
 import subprocess
 import sys
@@ -92,3 +94,15 @@ def trained_checkpoint(shapes_root, tmp_path_factory):
              'train_dataloader.dataset.data_prefix.img=val/', 'param_scheduler=[]',
              'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=15')
     return str(work_dir / 'epoch_15.pth')
+
+
+def build_wheel(out_dir):
+    """The path of condtok_mm's wheel, built from a clean copy of this checkout: setuptools builds in build/
+    inside the source tree and would ship files left there by an earlier build."""
+    source = osp.join(str(out_dir), 'source')
+    shutil.copytree(REPO_ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        '.git', '.venv', 'build', 'work_dirs', 'data', '*.egg-info', '__pycache__', '.pytest_cache'))
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation', source, '-w',
+                    str(out_dir)], check=True, capture_output=True, cwd=str(out_dir))
+    (wheel, ) = glob.glob(osp.join(str(out_dir), 'condtok_mm-*.whl'))
+    return wheel

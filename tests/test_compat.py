@@ -1,13 +1,16 @@
-"""condtok_mm.compat: distributed runs without a GPU, checkpoints that survive a kill, resuming exactly.
+"""condtok_mm.compat: opt-in only; distributed runs without a GPU, checkpoints that survive a kill, resuming exactly.
 
 The multi-process runs of the real tools are in test_distributed.py and test_interruption.py; here each fix is
 run in this process on a toy model, with a one-process gloo group where a process group is needed.
 """
+import json
 import os
 import os.path as osp
 import random
+import re
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import numpy as np
@@ -19,14 +22,101 @@ from mmengine.config import Config
 from mmengine.dist import init_dist
 from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
 from mmengine.model import BaseModel, MMDistributedDataParallel
 from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
-from mmengine.runner import Runner, find_latest_checkpoint
+from mmengine.runner import Runner, find_latest_checkpoint, load_checkpoint
 from torch import nn
 from torch.utils.data import Dataset
 
 from condtok_mm import compat
-from conftest import REPO_ROOT, free_port
+from conftest import DEMO, REPO_ROOT, data_options, free_port
+
+# The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
+# bare import leaves alone run in fresh processes.
+compat.apply()
+
+# Records every attribute of every loaded module of the stack (and of each class defined there), then runs
+# STEP, then prints, as JSON, every recorded attribute that is now another object or gone. Modules that
+# condtok_mm imports are loaded before the record, so that only what the step changes in them shows.
+SIDE_EFFECTS_SCRIPT = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import mmengine.runner, mmengine.dist, mmengine.hooks, mmdet.models, mmdet.datasets, mmdet.evaluation
+import mmdet.engine, mmpretrain.models, torch.serialization
+from mmengine.runner.checkpoint import CheckpointLoader
+{before}
+
+STACK = ('torch', 'mmengine', 'mmdet', 'mmcv', 'mmpretrain', 'numpy', 'pycocotools', 'faster_coco_eval')
+
+def record():
+    state = {{}}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.split('.')[0] in STACK:
+            continue
+        for attr, value in list(vars(module).items()):
+            state[f'{{name}}.{{attr}}'] = id(value)
+            if isinstance(value, type) and value.__module__ == name:
+                for class_attr, class_value in list(vars(value).items()):
+                    state[f'{{name}}.{{attr}}.{{class_attr}}'] = id(class_value)
+    for prefix, loader in CheckpointLoader._schemes.items():
+        state[f'CheckpointLoader._schemes[{{prefix!r}}]'] = id(loader)
+    for safe_global in torch.serialization.get_safe_globals():
+        state[f'torch.serialization safe global {{safe_global!r}}'] = id(safe_global)
+    return state
+
+before = record()
+{step}
+after = record()
+print(json.dumps(sorted(key for key, value in before.items() if after.get(key) != value)))
+"""
+
+
+def side_effects(step, before=''):
+    """The names of the stack's functions, classes' attributes, checkpoint schemes and torch safe globals that
+    are other objects after ``step`` (Python source) has run in a fresh process."""
+    result = subprocess.run([sys.executable, '-c', SIDE_EFFECTS_SCRIPT.format(repo=REPO_ROOT, before=before,
+                                                                            step=textwrap.dedent(step))],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+PATCHED_BY_THE_FIXES = [
+    "CheckpointLoader._schemes['']", 'mmengine._strategy.colossalai.save_checkpoint',
+    'mmengine._strategy.deepspeed.save_checkpoint', 'mmengine.dist.utils._init_dist_pytorch',
+    'mmengine.dist.utils._init_dist_slurm', 'mmengine.hooks.checkpoint_hook.CheckpointHook._save_checkpoint_with_step',
+    'mmengine.runner.checkpoint.CheckpointLoader._schemes',  # register_scheme sorts the schemes into a new dict
+    'mmengine.runner.checkpoint.save_checkpoint', 'mmengine.runner.loops.ValLoop.run',
+    'mmengine.runner.runner.Runner.resume', 'mmengine.runner.runner.Runner.save_checkpoint',
+    'mmengine.runner.runner.Runner.scale_lr', 'mmengine.runner.runner.Runner.wrap_model',
+    'mmengine.runner.runner.save_checkpoint', 'mmengine.runner.save_checkpoint']
+
+
+def test_opting_in_changes_what_the_fixes_list():
+    # the check below sees a change where there is one
+    assert side_effects('import condtok_mm.compat.enable') == PATCHED_BY_THE_FIXES
+
+
+@pytest.mark.parametrize('step', [
+    'import condtok_mm',
+    """
+    from mmengine.config import Config
+    Config.fromfile({host_config!r})  # imports custom_imports
+    """])
+def test_importing_condtok_mm_changes_nothing_outside_its_registries(step, tmp_path):
+    host_config = tmp_path / 'host_config.py'  # a host project's config that uses our backbone
+    host_config.write_text("custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)\n"
+                           "model = dict(backbone=dict(type='CondSwinTransformer'))\n")
+    assert side_effects(step.format(host_config=str(host_config))) == []
+
+
+def test_no_fix_applies_to_an_mmengine_newer_than_the_last_one_with_the_bugs():
+    # a newer mmengine may have fixed any of these bugs (none is released yet), so each fix stands aside
+    assert side_effects("""
+        from condtok_mm import compat
+        assert compat.apply() == (), compat.apply()
+        """, before="mmengine.__version__ = '0.10.8'") == []
 
 
 @MODELS.register_module(force=True)
@@ -213,7 +303,7 @@ def test_a_checkpoint_killed_while_written_leaves_the_previous_one(tmp_path):
     child = subprocess.Popen([sys.executable, '-c', f'''
 import builtins, sys, time
 sys.path.insert(0, {REPO_ROOT!r})
-import condtok_mm
+import condtok_mm.compat.enable
 from mmengine.runner import save_checkpoint
 save_checkpoint({{'step': 1}}, {path!r})
 
@@ -289,3 +379,79 @@ def test_a_resumed_run_draws_the_random_numbers_of_the_uninterrupted_run(tmp_pat
         assert torch.equal(tensor, expected[name]), name
     assert resumed.message_hub.get_scalar('val/mean').current() == \
         uninterrupted.message_hub.get_scalar('val/mean').current()
+
+
+class RunsACommand:
+    """What a malicious .pth holds: unpickling it runs a shell command."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command, )
+
+
+def save_a_checkpoint_that_runs(command, path, legacy_format=False):
+    torch.save({'state_dict': nn.Linear(2, 1).state_dict(), 'meta': {'note': RunsACommand(command)}}, path,
+               _use_new_zipfile_serialization=not legacy_format)
+
+
+@pytest.mark.parametrize('legacy_format', [False, True], ids=['zip', 'legacy'])
+def test_a_checkpoint_whose_pickle_would_run_a_command_is_refused_and_the_command_never_runs(
+        tmp_path, legacy_format):
+    marker = tmp_path / 'the_command_ran'
+    path = str(tmp_path / 'epoch_1.pth')
+    save_a_checkpoint_that_runs(f'touch {marker}', path, legacy_format)
+    with pytest.raises(compat.UnsafeCheckpointError,
+                       match=f'Refusing to load the checkpoint {re.escape(path)}: it holds posix.system, '):
+        load_checkpoint(nn.Linear(2, 1), path)  # what load_from, --resume and tools/test.py call
+    assert not marker.exists()
+
+
+class ReachesIntoHistoryBuffer:
+    """A pickle that uses the getattr HistoryBuffer's own pickles need to reach its class-level registry."""
+
+    def __reduce__(self):
+        return getattr, (HistoryBuffer, '_statistics_methods')
+
+
+def test_the_getattr_of_history_buffer_pickles_reaches_nothing_else(tmp_path):
+    path = str(tmp_path / 'epoch_1.pth')
+    torch.save({'meta': {'note': ReachesIntoHistoryBuffer()}}, path)
+    with pytest.raises(compat.UnsafeCheckpointError,
+                       match=f"checkpoint {re.escape(path)}: it holds getattr\\(<class "
+                       "'mmengine.logging.history_buffer.HistoryBuffer'>, '_statistics_methods'\\), "):
+        load_checkpoint(nn.Linear(2, 1), path)
+
+
+def test_runner_checkpoints_hold_exactly_the_allowed_types_and_load(tmp_path):
+    Runner.from_cfg(toy_cfg(tmp_path / 'trained', train_cfg=dict(max_epochs=1))).train()
+    path = str(tmp_path / 'trained' / 'epoch_1.pth')
+    allowed = {name if isinstance(name, str) else f'{name.__module__}.{name.__name__}'
+               for name in (entry[1] if isinstance(entry, tuple) else entry
+                            for entry in compat.checkpoint_safe_globals())}
+    held = set(torch.serialization.get_unsafe_globals_in_checkpoint(path))  # outside torch's own allow-list
+    # the message hub's buffers (with their statistics methods), numpy arrays and scalars, random states
+    # (the dtype classes are built, not named, so they are not listed: loading below needs them)
+    assert {'mmengine.logging.history_buffer.HistoryBuffer', 'builtins.getattr', 'numpy.ndarray',
+            'numpy.dtype'} <= held <= allowed
+    assert all(name.startswith('numpy.') for name in allowed - held)
+
+    runner = Runner.from_cfg(toy_cfg(tmp_path / 'fine-tuned', load_from=path, train_cfg=dict(max_epochs=1)))
+    runner.load_or_resume()
+    trained = torch.load(path, weights_only=False)['state_dict']
+    for name, tensor in runner.model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+
+
+def test_tools_test_refuses_a_checkpoint_that_would_run_a_command(shapes_root, tmp_path):
+    marker = tmp_path / 'the_command_ran'
+    path = str(tmp_path / 'epoch_12.pth')
+    save_a_checkpoint_that_runs(f'touch {marker}', path)
+    result = subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', 'test.py'), DEMO, path, '--work-dir',
+                             str(tmp_path / 'test'), '--cfg-options', *data_options(shapes_root, 1)],
+                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f'error: Refusing to load the checkpoint {path}: it holds posix.system, ' in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not marker.exists()

@@ -71,7 +71,8 @@ def baseline_of(path):
 @pytest.mark.parametrize('path', CONFIGS, ids=rel)
 def test_config_builds_its_model(path):
     cfg = Config.fromfile(path)
-    assert cfg.custom_imports == dict(imports=['condtok_mm'], allow_failed_imports=False)
+    # every config registers our modules and opts in to the run-time fixes
+    assert cfg.custom_imports == dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
     init_default_scope(cfg.get('default_scope', 'mmdet'))  # mmdet or mmpretrain
     model = MODELS.build(cfg.model)  # weights are not loaded: nothing is downloaded
     assert sum(p.numel() for p in model.parameters()) > 0
@@ -89,7 +90,8 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
              'CondViT': 'model.backbone.condition_after_pos_embed',
              'CondTokBackbone': 'model.backbone.targets'}[ours['model.backbone.type']]
     # detection batches are padded: the conditioned twin records each image's valid region for the conditioner
-    padded = {'model.data_preprocessor.type'} if ours['model.type'] != 'ImageClassifier' else set()
+    padded = {'model.data_preprocessor.type'} if base.get('model.data_preprocessor.type') == 'DetDataPreprocessor' \
+        else set()
     assert changed == {'model.backbone.type', 'model.backbone.conditioning.type',
                        'model.backbone.conditioning.mode', 'model.backbone.conditioning.alpha',
                        'model.backbone.conditioning.target_kappa', 'model.backbone.conditioning.detach',
@@ -130,7 +132,7 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
 # is: mmdet's COCO schedules are for 8 GPUs x 2 images (ViTDet's for 64 GPUs x 1 image), the demo's for 1 process
 # x 4 images.
 BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
-                    'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/upernet/': 16, 'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
                     'configs/classification/': 1024}
 
 

@@ -52,3 +52,14 @@ def test_same_seed_same_files(tmp_path, shapes_root):
     make_shapes_dataset(str(tmp_path / 'other'), num_train=1, num_val=1, image_size=(96, 96), seed=4)
     assert not filecmp.cmp(osp.join(tmp_path, 'other', 'val', '000000.png'),
                            osp.join(shapes_root, 'val', '000000.png'), shallow=False)
+
+
+def test_semantic_maps_paint_each_visible_instance_with_its_class(shapes_root):
+    for split in ('train', 'val'):
+        coco = COCO(osp.join(shapes_root, 'annotations', f'instances_{split}.json'))
+        for info in coco.loadImgs(coco.getImgIds()):
+            semantic = np.array(Image.open(osp.join(shapes_root, 'semantic', split, info['file_name'])))
+            expected = np.zeros((info['height'], info['width']), np.uint8)  # 0: background
+            for ann in coco.loadAnns(coco.getAnnIds(imgIds=info['id'])):
+                expected[coco.annToMask(ann).astype(bool)] = ann['category_id']
+            assert np.array_equal(semantic, expected), info['file_name']

@@ -9,6 +9,7 @@
 #      --no-build-isolation (an isolated build cannot see torch and silently drops mmcv._ext).
 #      The wheel is cached outside the repo so a reinstall skips the ~10-minute compile.
 #   3. mmengine/mmdet/mmpretrain, evaluation and test requirements, then condtok_mm (editable).
+# Every pip call installs the exact versions of requirements/constraints.txt (setup.py itself declares ranges).
 # Idempotent: a stamp records the hash of every requirement file and of this script; when it
 # matches and mmcv.ops loads, nothing is done.
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$ROOT"
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-$ROOT/.venv}
 CACHE=${CONDTOK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/condtok_mm}
-MMCV_VERSION=2.1.0
+MMCV_VERSION=$(sed -n 's/^mmcv==//p' requirements/constraints.txt)  # the verified mmcv, compiled below
 VPY="$VENV/bin/python"
 STAMP="$VENV/.condtok_mm-install"
 
@@ -53,9 +54,10 @@ if [ ! -x "$VPY" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VPY" -m pip --disable-pip-version-check)
+CONSTRAINTS=(-c requirements/constraints.txt)
 
 log "step 1/3: torch, torchvision and build tools"
-"${PIP[@]}" install -q -r requirements/build.txt
+"${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/build.txt
 
 TORCH_VERSION=$("$VPY" -c 'import torch; print(torch.__version__.split("+")[0])')
 PY_TAG=$("$VPY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -83,8 +85,9 @@ else
     "${PIP[@]}" install -q --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
 fi
 
-log "step 3/3: mmengine, mmdet, mmpretrain, evaluation and test requirements, condtok_mm"
-"${PIP[@]}" install -q -r requirements/mmcv.txt -r requirements/runtime.txt -r requirements/tests.txt
+log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requirements, condtok_mm"
+"${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
+    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 
 check_mmcv_ops || die "mmcv.ops did not load its compiled extension (mmcv._ext); remove $WHEEL_DIR and rerun"

@@ -1,5 +1,5 @@
 # Test (and evaluate) a detector: mmdet 3.3's tools/test.py (same arguments, same behaviour) with condtok_mm
-# loaded.
+# loaded and its run-time fixes (condtok_mm.compat) applied.
 import argparse
 import os
 import os.path as osp
@@ -16,7 +16,8 @@ from mmdet.evaluation import DumpDetResults
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
-import condtok_mm  # noqa: E402,F401  (registers the modules, applies the run-time fixes)
+import condtok_mm  # noqa: E402,F401  (registration)
+from condtok_mm import compat  # noqa: E402
 from condtok_mm.utils import check_dataset_files  # noqa: E402
 from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
 
@@ -61,6 +62,7 @@ def parse_args():
 
 def main():
     args = parse_args()
+    compat.apply()  # our tools run with the fixes for the installed stack, whatever the config imports
 
     # Reduce the number of repeated compilations and improve testing speed.
     setup_cache_size_limit_of_dynamo()
@@ -128,7 +130,10 @@ def main():
         runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
 
     # start testing
-    runner.test()
+    try:
+        runner.test()
+    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+        sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':

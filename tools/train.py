@@ -1,4 +1,5 @@
-# Train a detector: mmdet 3.3's tools/train.py (same arguments, same behaviour) with condtok_mm loaded.
+# Train a detector: mmdet 3.3's tools/train.py (same arguments, same behaviour) with condtok_mm loaded and its
+# run-time fixes (condtok_mm.compat) applied.
 import argparse
 import logging
 import os
@@ -12,7 +13,8 @@ from mmengine.runner import Runner
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
-import condtok_mm  # noqa: E402,F401  (registers the modules, applies the run-time fixes)
+import condtok_mm  # noqa: E402,F401  (registration)
+from condtok_mm import compat  # noqa: E402
 from condtok_mm.utils import check_dataset_files, fall_back_from_amp_on_cpu  # noqa: E402
 from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
 
@@ -56,6 +58,7 @@ def parse_args():
 
 def main():
     args = parse_args()
+    compat.apply()  # our tools run with the fixes for the installed stack, whatever the config imports
 
     # Reduce the number of repeated compilations and improve training speed.
     setup_cache_size_limit_of_dynamo()
@@ -109,7 +112,10 @@ def main():
         runner = Runner.from_cfg(cfg)
     else:
         runner = RUNNERS.build(cfg)
-    runner.train()
+    try:
+        runner.train()
+    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+        sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':

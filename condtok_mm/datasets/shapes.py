@@ -112,7 +112,8 @@ def _annotation(mask: np.ndarray, ann_id: int, image_id: int, category_id: int) 
 
 def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
                         image_size: Tuple[int, int] = (128, 128), seed: int = 0) -> Dict[str, str]:
-    """Write ``root/{train,val}/*.png`` and ``root/annotations/instances_{train,val}.json``.
+    """Write ``root/{train,val}/*.png``, ``root/annotations/instances_{train,val}.json`` and the semantic label
+    maps ``root/semantic/{train,val}/*.png`` (for mmseg; 0 is the background, i the i-th class).
 
     Args:
         root (str): output folder (created).
@@ -131,6 +132,7 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
     for split, count in (('train', num_train), ('val', num_val)):
         rng = np.random.default_rng(seed * 1000 + SPLIT_SEEDS[split])
         os.makedirs(osp.join(root, split), exist_ok=True)
+        os.makedirs(osp.join(root, 'semantic', split), exist_ok=True)
         images, annotations = [], []
         for index in range(count):
             image, instances = render_image(rng, height, width)
@@ -138,9 +140,12 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
             Image.fromarray(image).save(osp.join(root, split, file_name))
             image_id = index + 1
             images.append(dict(id=image_id, file_name=file_name, height=height, width=width))
-            for inst in instances:
+            semantic = np.zeros((height, width), np.uint8)  # 0: background, i: SHAPE_CLASSES[i - 1]
+            for inst in instances:  # disjoint masks: each already excludes the shapes drawn over it
                 annotations.append(_annotation(inst['mask'], len(annotations) + 1, image_id,
                                                inst['category_id']))
+                semantic[inst['mask']] = inst['category_id']
+            Image.fromarray(semantic).save(osp.join(root, 'semantic', split, file_name))
         ann_file = osp.join(root, 'annotations', f'instances_{split}.json')
         with open(ann_file + '.tmp', 'w') as f:
             json.dump(dict(images=images, annotations=annotations, categories=categories), f)

@@ -129,6 +129,17 @@ class TokenConditioner(BaseModule):
                 h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
                 the other tokens are returned unchanged. None: every token is valid.
         """
+        if torch.onnx.is_in_onnx_export():
+            # Fail before the exporter traces the rest of the model and stops deep inside on the operator.
+            raise RuntimeError(
+                f'{self.location} (mode={self.mode!r}, method={self.method!r}, scope={self.scope!r}) cannot be '
+                'exported to ONNX: ONNX has no eigendecomposition or SVD operator, and the conditioning computes '
+                "one for every input (method='gram': torch.linalg.eigh, method='svd': torch.linalg.svd). "
+                'Options: deploy a TorchScript model made with torch.jit.trace at the input size you deploy '
+                "(it keeps these operators and fixes the shapes; torch.export.export stops on the conditioner's "
+                'data-dependent checks), or export the baseline twin '
+                '(conditioning=None, the config without -condtok), which is a different model from this trained '
+                'one.')
         options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa, detach=self.detach,
                        method=self.method, where=self.location, centred=self.centred)
         window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}

@@ -3,7 +3,9 @@
 # Paper reference (ImageNet-1k top-1): Swin-B 83.1 -> 83.9 conditioned.
 _base_ = 'mmpretrain::swin_transformer/swin-base_16xb64_in1k.py'
 
-custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+# condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
+# stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
+custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]

@@ -4,7 +4,9 @@
 # (the same numbers as mmdet's CocoMetric, computed faster).
 _base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
 
-custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+# condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
+# stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
+custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard).
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]

@@ -4,7 +4,9 @@
 # Reference (mmdet 3.3.0 model zoo, COCO val2017): box AP 42.7, mask AP 39.3.
 _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'
 
-custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+# condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
+# stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
+custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard).
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]

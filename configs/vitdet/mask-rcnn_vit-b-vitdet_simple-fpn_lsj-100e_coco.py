@@ -13,7 +13,9 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 
-custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+# condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
+# stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
+custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard); the
 # 64 x 64 global attention at 1024 is above the hook's max_attention_tokens and only its output is recorded.
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]

@@ -4,7 +4,9 @@
 # Paper reference (COCO val): box AP 44.9, mask AP 40.1 (baseline) -> 45.7 / 40.4 (conditioned).
 _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'
 
-custom_imports = dict(imports=['condtok_mm'], allow_failed_imports=False)
+# condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
+# stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
+custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)

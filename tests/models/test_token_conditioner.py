@@ -1,3 +1,5 @@
+import io
+
 import pytest
 import torch
 
@@ -129,3 +131,27 @@ def test_image_scope_ignores_the_token_grid():
     conditioner = MODELS.build(dict(type='TokenConditioner'))
     tokens = torch.randn(2, 12, 8)
     torch.testing.assert_close(conditioner(tokens, hw_shape=(3, 4)), condition_tokens(tokens))
+
+
+def test_onnx_export_stops_at_the_conditioner_with_the_options():
+    # ONNX has no eigh/SVD operator: without the check the exporter traces the whole model and then fails with
+    # "Exporting the operator 'aten::linalg_eigh' to ONNX ... is not supported", naming neither the module nor
+    # what to do.
+    backbone = MODELS.build(dict(type='CondSwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),
+                                 num_heads=(1, 2, 4, 8), window_size=4))
+    backbone.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
+    with pytest.raises(RuntimeError, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', "
+                       r"method='gram', scope='image'\) cannot be exported to ONNX: .*Options: deploy a TorchScript "
+                       r'model made with torch.jit.trace at the input size you deploy.*or export the baseline twin \(conditioning=None'):
+        torch.onnx.export(backbone, (torch.randn(1, 3, 64, 64), ), io.BytesIO(), dynamo=False)
+
+
+def test_a_traced_conditioned_backbone_computes_what_the_module_does():
+    # the deployment path the ONNX error points to
+    backbone = MODELS.build(dict(type='CondSwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),
+                                 num_heads=(1, 2, 4, 8), window_size=4))
+    backbone.eval()
+    traced = torch.jit.trace(backbone, (torch.randn(1, 3, 64, 64), ), check_trace=False)
+    images = torch.randn(1, 3, 64, 64)  # another image of the traced size (tracing fixes the shapes)
+    for expected, actual in zip(backbone(images), traced(images)):
+        torch.testing.assert_close(actual, expected)

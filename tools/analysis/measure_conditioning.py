@@ -23,7 +23,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-import condtok_mm  # noqa: E402,F401
+import condtok_mm  # noqa: E402,F401  (registration)
+from condtok_mm import compat  # noqa: E402
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
@@ -114,6 +115,7 @@ def plot(scalars, title, out):
 
 def main():
     args = parse_args()
+    compat.apply()  # loads the checkpoint with the fixed local loader
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

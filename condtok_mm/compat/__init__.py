@@ -1,8 +1,19 @@
-"""Run-time fixes for the pinned stack (torch 2.14, mmengine 0.10.7), applied once on import.
+"""Run-time fixes for bugs of the installed OpenMMLab stack (mmengine <= 0.10.7 with torch >= 2.6). Opt-in.
 
-Each fix says which upstream bug it covers; none edits an installed package.
+Importing condtok_mm changes nothing outside its registries. These fixes change mmengine's behaviour for the
+whole process, so they apply only when asked for, in one of two ways:
 
-- Checkpoint loading: torch >= 2.6 refuses mmengine's checkpoints (``weights_only``).
+- ``condtok_mm.compat.apply()`` in Python (our ``tools/train.py``, ``tools/test.py`` and analysis tools call it);
+- ``custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'])`` in a config (our configs do;
+  importing :mod:`condtok_mm.compat.enable` calls ``apply()``).
+
+Each fix says which upstream bug it covers, edits no installed file, and applies only where the installed
+version has the bug (:data:`FIXES`, ``needed``): every one of them is in mmengine 0.10.7, the newest mmengine
+release when this was written, so each applies to mmengine <= 0.10.7 and is skipped, with a log line, on a
+newer one. The checkpoint loader also needs torch >= 2.6 (``weights_only`` checks with allow-lists).
+
+- Checkpoint loading: torch >= 2.6 refuses mmengine's checkpoints (``weights_only``); they load with torch's
+  weights-only unpickler and an allow-list of exactly the types they hold, so that no checkpoint runs code.
 - Distributed runs without a GPU (``torchrun``/``srun`` on CPU machines): mmengine's launchers select a CUDA
   device, default to NCCL and pass ``device_ids`` to DDP. These fixes act only when no GPU is available
   (``mmengine.device.get_device() == 'cpu'``); on GPU machines mmengine's code runs unchanged.
@@ -14,10 +25,14 @@ Each fix says which upstream bug it covers; none edits an installed package.
 import logging
 import os
 import os.path as osp
+import pickle
 import random
+import re
 import subprocess
 import sys
+from typing import Callable, NamedTuple, Set, Tuple
 
+import mmengine
 import numpy as np
 import torch
 import torch.distributed as torch_dist
@@ -26,20 +41,20 @@ from mmengine.dist import all_gather_object, get_dist_info, is_distributed, is_m
 from mmengine.dist import utils as dist_utils
 from mmengine.fileio import LocalBackend, get_file_backend
 from mmengine.hooks import CheckpointHook
-from mmengine.logging import print_log
+from mmengine.logging import HistoryBuffer, print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner, ValLoop
 from mmengine.runner import checkpoint as checkpoint_module
 from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.utils import digit_version
 from torch.nn.parallel import DistributedDataParallel
 
 # Where a checkpoint keeps the random generator states of the processes that saved it (a list, one entry per
 # rank), inside the message hub's runtime information that mmengine saves and resumes.
 RANDOM_STATES_KEY = 'condtok_mm_random_states'
 
-_applied = False
 _upstream_init_dist_pytorch = dist_utils._init_dist_pytorch
 _upstream_init_dist_slurm = dist_utils._init_dist_slurm
 _upstream_wrap_model = Runner.wrap_model
@@ -53,16 +68,88 @@ _upstream_val_loop_run = ValLoop.run
 # ----------------------------------------------------------------------------------------------------------
 # Checkpoint loading
 # ----------------------------------------------------------------------------------------------------------
-def _load_local_checkpoint(filename, map_location=None):
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint holds objects of types outside :func:`checkpoint_safe_globals`: loading it could run code."""
+
+
+# HistoryBuffer's default statistics methods (mmengine 0.10.7 HistoryBuffer._set_default_statistics), which every
+# HistoryBuffer pickles by reference in its state.
+HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+# Numeric numpy types, whose arrays and scalars a checkpoint may hold (HistoryBuffer's history is float64 and its
+# counts int64, numpy's random state uint32; a logged value can be any numpy number).
+NUMPY_NUMBER_TYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                      np.float16, np.float32, np.float64)
+
+
+def _history_buffer_statistic(owner, name: str):
+    """``getattr`` as HistoryBuffer pickles use it, and for nothing else.
+
+    Pickle (protocol 2, torch.save's) writes the method ``HistoryBuffer.min`` as ``getattr(HistoryBuffer,
+    'min')``. Allowing the real getattr would let a pickle reach any attribute of any object it has built
+    (a function's ``__globals__``, a class's registries) and change it.
+    """
+    if owner is HistoryBuffer and name in HISTORY_BUFFER_STATISTICS:
+        return getattr(owner, name)
+    raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r})')  # no HistoryBuffer statistics method
+
+
+def checkpoint_safe_globals() -> list:
+    """The types, besides tensors and Python's built-in containers and numbers, that mmengine checkpoints hold.
+
+    Exactly these: a checkpoint of weights and training state needs nothing else, and any other class or
+    function in a pickle could run code while it is loaded.
+    """
+    multiarray = np._core.multiarray if hasattr(np, '_core') else np.core.multiarray  # numpy 2 / numpy 1
+    return [
+        HistoryBuffer,  # message_hub.log_scalars: the logged losses, learning rates and times
+        (_history_buffer_statistic, 'builtins.getattr'),  # HistoryBuffer's statistics methods, by reference
+        # numpy arrays (HistoryBuffer's history, numpy's random generator state), dtypes and scalars
+        np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar,
+        # the class of each numeric dtype (numpy.dtypes.Float64DType, ...): unpickling a dtype sets its state
+        *(type(np.dtype(scalar_type)) for scalar_type in NUMPY_NUMBER_TYPES),
+        # the same two functions under the names numpy 1.x pickles them by (checkpoints saved with numpy < 2)
+        (multiarray._reconstruct, 'numpy.core.multiarray._reconstruct'),
+        (multiarray.scalar, 'numpy.core.multiarray.scalar'),
+    ]
+
+
+def _offending_globals(filename: str, error: pickle.UnpicklingError) -> str:
+    """What in a checkpoint torch's weights-only unpickler refused: the classes and functions it names."""
+    try:  # every one the file names outside the allow-lists
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+    except ValueError:  # torch's legacy (pre-1.6) file format, which that cannot scan
+        unsafe = []
+    if unsafe:
+        return ', '.join(unsafe)
+    # the one the unpickler met first (legacy format), or what it refused to build or call
+    found = re.search(r'GLOBAL ([\w.]+)|WeightsUnpickler error:\s*(.+)', str(error))
+    return (found.group(1) or found.group(2)).strip() if found else str(error)
+
+
+def load_from_local(filename, map_location=None):
+    """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
     # mmengine 0.10.7 calls torch.load without weights_only (runner/checkpoint.py); since torch 2.6 the
     # default is weights_only=True, which refuses the HistoryBuffer and numpy objects that every
     # Runner checkpoint holds, so load_from, --resume and tools/test.py fail with UnpicklingError.
-    # mmengine fixed it on main (PR #1670, weights_only=False) but never released it; we do the same for
-    # local files, which are the checkpoints the user chose to load.
+    # mmengine's unreleased fix (PR #1670) passes weights_only=False, which lets any .pth run code while it is
+    # loaded; we keep torch's weights-only unpickler and allow exactly the types mmengine checkpoints hold.
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
-    return torch.load(filename, map_location=map_location, weights_only=False)
+    with torch.serialization.safe_globals(checkpoint_safe_globals()):
+        try:
+            return torch.load(filename, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as error:
+            offending = _offending_globals(filename, error)
+            raise UnsafeCheckpointError(
+                f'Refusing to load the checkpoint {filename}: it holds {offending}, which a checkpoint of weights '
+                'and training state does not need and which could run code while it is loaded. condtok_mm loads '
+                'checkpoints with torch.load(weights_only=True), allowing only tensors, built-in types and those '
+                'of condtok_mm.compat.checkpoint_safe_globals(). Load checkpoints from sources you trust only; to '
+                'use this one anyway, load it yourself with torch.load(path, weights_only=False) and '
+                "torch.save({'state_dict': ...}) the tensors you need.") from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -332,19 +419,43 @@ def _val_loop_run(self):
         set_random_states(states)
 
 
-def apply() -> None:
-    """Apply every fix once (idempotent)."""
-    global _applied
-    if _applied:
-        return
-    CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
+# ----------------------------------------------------------------------------------------------------------
+# Which fixes the installed versions need, and applying them
+# ----------------------------------------------------------------------------------------------------------
+# The newest mmengine that has every bug fixed here (0.10.7, March 2025, was the newest release when this was
+# written; `pip index versions mmengine`). A newer mmengine may have fixed any of them, so none is applied to
+# it: re-check each against the new version before raising this bound.
+LAST_MMENGINE_WITH_THE_BUGS = '0.10.7'
 
+
+def mmengine_has_the_bugs() -> bool:
+    """Whether the installed mmengine is one whose bugs these fixes cover (mmengine <= 0.10.7)."""
+    return digit_version(mmengine.__version__) <= digit_version(LAST_MMENGINE_WITH_THE_BUGS)
+
+
+def torch_loads_weights_only() -> bool:
+    """Whether torch.load defaults to ``weights_only=True`` (torch >= 2.6), which mmengine <= 0.10.7 does not
+    expect."""
+    return digit_version(torch.__version__) >= digit_version('2.6.0')
+
+
+def _use_local_checkpoint_loader():
+    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+
+
+def _use_cpu_launchers():
     # init_dist looks both launchers up in its module at call time
     dist_utils._init_dist_pytorch = _init_dist_pytorch
     dist_utils._init_dist_slurm = _init_dist_slurm
     Runner.wrap_model = _wrap_model
+
+
+def _use_scale_lr():
     Runner.scale_lr = _scale_lr
 
+
+def _use_atomic_checkpoints():
     # save_checkpoint is imported by name into several mmengine modules (runner, runner.runner,
     # _strategy.*); rebind it wherever mmengine imported it.
     for name, module in list(sys.modules.items()):
@@ -352,7 +463,52 @@ def apply() -> None:
                                                    None) is _upstream_save_checkpoint:
             module.save_checkpoint = save_checkpoint
     CheckpointHook._save_checkpoint_with_step = _save_checkpoint_with_step
+
+
+def _use_exact_resume():
     Runner.save_checkpoint = _runner_save_checkpoint
     Runner.resume = _resume
     ValLoop.run = _val_loop_run
-    _applied = True
+
+
+class Fix(NamedTuple):
+    name: str
+    what: str  # one line for the log and the README
+    needed: Callable[[], bool]  # whether the installed versions have the bug
+    apply: Callable[[], None]
+
+
+FIXES = (
+    Fix('checkpoint_loading', 'local checkpoints load under torch >= 2.6 (mmengine <= 0.10.7 loads them with '
+        "torch's default weights_only=True, which refuses its own HistoryBuffer and numpy objects)",
+        lambda: mmengine_has_the_bugs() and torch_loads_weights_only(), _use_local_checkpoint_loader),
+    Fix('cpu_launchers', '--launcher pytorch/slurm without a GPU: gloo instead of nccl, no '
+        'torch.cuda.set_device, DDP without device_ids', mmengine_has_the_bugs, _use_cpu_launchers),
+    Fix('auto_scale_lr', "--auto-scale-lr also scales the base_lr that the log reports", mmengine_has_the_bugs,
+        _use_scale_lr),
+    Fix('atomic_checkpoints', 'checkpoints and last_checkpoint are written to a temporary file and renamed; the '
+        'oldest checkpoint is deleted only after the next one is saved', mmengine_has_the_bugs,
+        _use_atomic_checkpoints),
+    Fix('exact_resume', "checkpoints carry every process's random generator states, which --resume restores",
+        mmengine_has_the_bugs, _use_exact_resume),
+)
+_applied: Set[str] = set()
+
+
+def apply() -> Tuple[str, ...]:
+    """Apply every fix of :data:`FIXES` that the installed versions need (once; calling again does nothing).
+
+    Returns:
+        tuple[str]: the names of the fixes applied in this process, by this call or an earlier one.
+    """
+    for fix in FIXES:
+        if fix.name in _applied:
+            continue
+        if fix.needed():
+            fix.apply()
+            _applied.add(fix.name)
+        else:
+            print_log(f'condtok_mm.compat: {fix.name} not applied: mmengine {mmengine.__version__} with torch '
+                      f'{torch.__version__} does not have the bug it fixes ({fix.what}).', logger='current',
+                      level=logging.DEBUG)
+    return tuple(fix.name for fix in FIXES if fix.name in _applied)
