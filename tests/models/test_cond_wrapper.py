@@ -76,6 +76,15 @@ def test_pretrained_weights_load_through_the_wrapped_init_cfg(tmp_path):
         assert torch.equal(wrapper.state_dict()[key], value), key
 
 
+def test_non_finite_tokens_raise_naming_the_wrapped_backbone_and_target():
+    wrapper = build(BACKBONES[0][0])  # mmpretrain's ViT, 192 channels, conditioned at its patch embedding
+    x = torch.randn(1, 3, 64, 64)
+    x[0, 2, 33, 7] = float('nan')  # one pixel: one patch token, all 192 channels
+    with pytest.raises(ValueError, match=r'^CondTokBackbone\(VisionTransformer\)\.patch_embed: the token matrix '
+                                         'has 192 non-finite'):
+        wrapper(x)
+
+
 def test_detector_checkpoint_loads_like_load_from():
     # a detector whose backbone is wrapped loads the plain detector's state dict as it is
     backbone = BACKBONES[-1][0]
