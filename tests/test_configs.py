@@ -150,14 +150,18 @@ def test_auto_scale_lr_scales_the_lr_from_the_configs_base_batch_size(path, tmp_
     assert max(config_lrs) == cfg.optim_wrapper.optimizer.lr  # below it: layer-wise decayed groups
 
 
-def test_training_without_coco_stops_with_one_clear_message(tmp_path):
+@pytest.mark.parametrize('tool, arguments, missing', [
+    ('train.py', [], 'data/coco/annotations/instances_train2017.json does not exist (train_dataloader.dataset'),
+    ('test.py', ['epoch_12.pth'],
+     'data/coco/annotations/instances_val2017.json does not exist (test_dataloader.dataset'),
+], ids=['train', 'test'])
+def test_the_tools_without_coco_stop_with_one_clear_message(tmp_path, tool, arguments, missing):
     result = subprocess.run(
-        [sys.executable, osp.join(REPO_ROOT, 'tools', 'train.py'),
-         osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py'), '--work-dir', str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        [sys.executable, osp.join(REPO_ROOT, 'tools', tool), osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py'),
+         *arguments, '--work-dir', str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert 'Traceback' not in result.stderr
-    assert 'COCO not found: data/coco/annotations/instances_train2017.json does not exist' in result.stderr
+    assert f'COCO not found: {missing}' in result.stderr
     assert 'make demo' in result.stderr and 'ln -s /path/to/coco data/coco' in result.stderr
 
 
