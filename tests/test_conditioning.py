@@ -33,6 +33,7 @@ def test_bound_holds_float32(mode, shape, kappa):
     assert (condition_number(y) <= 2 + BOUND_TOL).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', CONDITIONING_MODES)
 def test_bound_holds_at_detection_resolution(mode):
     # Swin-T tokens of an 800x1336 image: N = 200 * 334 = 66800, d = 96

@@ -11,6 +11,7 @@ from mmengine.config import Config
 from conftest import DEMO, REPO_ROOT
 
 
+@pytest.mark.slow
 def test_hook_benchmark_reports_the_recording_cost_per_interval(tmp_path):
     result = subprocess.run(
         [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'hook_overhead.py'), '--config', DEMO,

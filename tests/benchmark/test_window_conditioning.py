@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_window_benchmark_times_both_scopes_and_meets_the_bound_per_window(tmp_path):
     result = subprocess.run(
         [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'window_conditioning.py'), '--scale', '0.125',
