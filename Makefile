@@ -13,8 +13,9 @@ BENCH_DIR ?= work_dirs/benchmark
 # Sized so that `make bench` fits 2 CPU cores in an hour; README "Results" gives the full-size commands.
 BENCH_EVAL_IMAGES ?= 1000
 BENCH_EPOCHS ?= 6
+GPU_CHECK_DIR ?= work_dirs/gpu_check
 
-.PHONY: install demo bench test test-quick clean-demo
+.PHONY: install demo bench test test-quick gpu-check clean-demo
 
 # The install script is idempotent (a stamp plus a check that mmcv.ops loads); a second run takes seconds.
 install:
@@ -47,6 +48,11 @@ test: install
 
 test-quick: install
 	$(PY) -m pytest -m "not slow" tests
+
+# The tests marked gpu and the overhead benchmark on CUDA, numbers in $(GPU_CHECK_DIR)/gpu_check.json; without a
+# CUDA device it says so and succeeds.
+gpu-check: install
+	PYTHON=$(PY) bash tools/gpu_check.sh $(GPU_CHECK_DIR)
 
 clean-demo:
 	rm -rf $(DEMO_WORK_DIR)

@@ -3,9 +3,13 @@ import glob
 import math
 import os.path as osp
 import shutil
+import queue
+import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -13,6 +17,16 @@ from mmengine.config import DictAction
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, with one reason, where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    no_cuda = pytest.mark.skip(reason='gpu: needs a CUDA device; torch.cuda.is_available() is False here')
+    for item in items:
+        if 'gpu' in item.keywords:
+            item.add_marker(no_cuda)
 
 
 def random_tokens(batch, n, d, kappa, dtype=torch.float32, seed=0):
@@ -82,6 +96,37 @@ def run_tool(tool, *args, env=None):
                             env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
+
+
+def _forward_lines(stream, lines):
+    for line in stream:
+        lines.put(line)
+    lines.put(None)  # end of output
+
+
+def read_until(process, pattern, timeout):
+    """The lines ``process`` writes to its stdout (a text pipe) up to the first that matches ``pattern``.
+
+    A process that exits first, or does not print such a line within ``timeout`` seconds, is killed and
+    fails the test with the end of its output: a read loop must not hang the suite.
+    """
+    lines = queue.Queue()
+    threading.Thread(target=_forward_lines, args=(process.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + timeout
+    log = []
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0))
+        except queue.Empty:
+            process.kill()
+            pytest.fail(f'no line matching {pattern!r} within {timeout} s; last output:\n' + ''.join(log[-50:]))
+        if line is None:
+            process.wait()
+            pytest.fail(f'the process exited ({process.returncode}) before a line matching {pattern!r}; last '
+                        'output:\n' + ''.join(log[-50:]))
+        log.append(line)
+        if re.search(pattern, line):
+            return log
 
 
 @pytest.fixture(scope='session')

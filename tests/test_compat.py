@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from condtok_mm import compat
-from conftest import DEMO, REPO_ROOT, data_options, free_port
+from conftest import DEMO, REPO_ROOT, data_options, free_port, read_until
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes.
@@ -329,7 +329,7 @@ def open_half_writing(file, mode='r', *args, **kwargs):
 builtins.open = open_half_writing
 save_checkpoint({{'step': 2}}, {path!r})
 '''], stdout=subprocess.PIPE, text=True)
-    assert 'writing\n' in iter(child.stdout.readline, '')  # reads up to that line
+    read_until(child, r'^writing$', timeout=120)
     child.kill()  # SIGKILL
     child.wait()
     assert torch.load(path, weights_only=False) == {'step': 1}

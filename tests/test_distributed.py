@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from conftest import DEMO, REPO_ROOT, data_options, free_port, run_tool
 
@@ -19,8 +21,9 @@ FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')  # srun and scontrol sta
 
 
 def cpu_env(**variables):
-    # CUDA_VISIBLE_DEVICES='' takes the CPU (gloo) path on a machine with GPUs as well.
-    return {**os.environ, 'PYTHON': sys.executable, 'CUDA_VISIBLE_DEVICES': '', **variables}
+    # CUDA_VISIBLE_DEVICES='' takes the CPU (gloo) path on a machine with GPUs as well. One thread per process in
+    # every run, the one-process reference included: the same arithmetic, so the same predictions to the bit.
+    return {**os.environ, 'PYTHON': sys.executable, 'CUDA_VISIBLE_DEVICES': '', 'OMP_NUM_THREADS': '1', **variables}
 
 
 def copypaste_lines(log):
@@ -60,17 +63,34 @@ def first_images(shapes_root, num_images, out_dir):
     return path
 
 
-def evaluation_options(shapes_root, ann_file):
+def evaluation_options(shapes_root, ann_file, out_dir):
+    # One image per batch in both runs, so that every image is computed alike whichever process holds it
+    # (batches of 4 and 3 images in one process against 4 and 4 in each of two may round differently). CocoMetric
+    # writes the detections it evaluates, gathered from every process, to <out_dir>/coco.{bbox,segm}.json.
     return [
         f'test_dataloader.dataset.data_root={shapes_root}/', f'test_dataloader.dataset.ann_file={ann_file}',
         f'test_evaluator.ann_file={ann_file}', 'test_dataloader.num_workers=0',
-        'test_dataloader.persistent_workers=False'
+        'test_dataloader.persistent_workers=False', 'test_dataloader.batch_size=1',
+        f'test_evaluator.outfile_prefix={osp.join(out_dir, "coco")}'
     ]
+
+
+def unrounded_coco_stats(ann_file, out_dir):
+    """pycocotools' 12 statistics (not rounded) of the bbox and segm detections the run evaluated."""
+    stats = {}
+    for iou_type in ('bbox', 'segm'):
+        coco_gt = COCO(ann_file)
+        evaluation = COCOeval(coco_gt, coco_gt.loadRes(osp.join(out_dir, f'coco.{iou_type}.json')), iou_type)
+        evaluation.params.maxDets = [100, 300, 1000]  # as CocoMetric sets them
+        evaluation.evaluate(), evaluation.accumulate(), evaluation.summarize()
+        stats[iou_type] = evaluation.stats
+    return stats
 
 
 @pytest.fixture(scope='module')
 def single_process_test(shapes_root, trained_checkpoint, tmp_path_factory):
-    """tools/test.py in one process on the first N val images: (ann_file, printed AP numbers, predictions)."""
+    """tools/test.py in one process on the first N val images: (ann_file, its output dir, printed AP numbers,
+    predictions)."""
 
     @functools.lru_cache
     def run(num_images):
@@ -78,25 +98,34 @@ def single_process_test(shapes_root, trained_checkpoint, tmp_path_factory):
         ann_file = first_images(shapes_root, num_images, out_dir)
         log = run_tool('test.py', DEMO, trained_checkpoint, '--work-dir', out_dir, '--out',
                        osp.join(out_dir, 'predictions.pkl'), '--cfg-options',
-                       *evaluation_options(shapes_root, ann_file))
+                       *evaluation_options(shapes_root, ann_file, out_dir), env=cpu_env())
         predictions = pickle.load(open(osp.join(out_dir, 'predictions.pkl'), 'rb'))
-        return ann_file, copypaste_lines(log), predictions
+        return ann_file, out_dir, copypaste_lines(log), predictions
 
     return run
 
 
-def assert_same_evaluation(log, predictions_file, single_process, num_images):
-    _, numbers, predictions = single_process
+def assert_same_evaluation(log, out_dir, single_process, num_images):
+    ann_file, single_out_dir, numbers, predictions = single_process
     assert copypaste_lines(log) == numbers and numbers.keys() == {'bbox', 'segm'}
-    assert float(numbers['bbox'].split()[0]) > 0 and float(numbers['segm'].split()[0]) > 0
     # Every image once, in dataset order: the padding DefaultSampler adds to even out the processes is dropped
-    gathered = pickle.load(open(predictions_file, 'rb'))
+    gathered = pickle.load(open(osp.join(out_dir, 'predictions.pkl'), 'rb'))
     image_ids = list(range(1, num_images + 1))
     assert [p['img_id'] for p in gathered] == [p['img_id'] for p in predictions] == image_ids
     for ours, reference in zip(gathered, predictions):
+        ours, reference = ours['pred_instances'], reference['pred_instances']
         for key in ('bboxes', 'scores', 'labels'):
-            np.testing.assert_allclose(ours['pred_instances'][key], reference['pred_instances'][key],
-                                       atol=1e-4)
+            assert torch.equal(ours[key], reference[key]), key
+        assert ours['masks'] == reference['masks']  # RLE, as DumpDetResults writes them
+    # what CocoMetric evaluated, and the statistics themselves, not their 3 printed decimals
+    for iou_type in ('bbox', 'segm'):
+        assert json.load(open(osp.join(out_dir, f'coco.{iou_type}.json'))) == json.load(
+            open(osp.join(single_out_dir, f'coco.{iou_type}.json'))), iou_type
+    stats, single_stats = unrounded_coco_stats(ann_file, out_dir), unrounded_coco_stats(ann_file, single_out_dir)
+    assert stats['bbox'][0] > 0  # the model finds objects: the numbers compared are not all 0
+    for iou_type in ('bbox', 'segm'):
+        assert np.array_equal(stats[iou_type], single_stats[iou_type]), iou_type
+        assert float(numbers[iou_type].split()[0]) == pytest.approx(stats[iou_type][0], abs=6e-4)
 
 
 @pytest.mark.slow
@@ -106,9 +135,10 @@ def test_dist_test_reports_the_single_process_numbers(shapes_root, trained_check
     single_process = single_process_test(num_images)
     log = run_tool('dist_test.sh', DEMO, trained_checkpoint, '2', '--work-dir', str(tmp_path), '--out',
                    str(tmp_path / 'predictions.pkl'), '--cfg-options',
-                   *evaluation_options(shapes_root, single_process[0]), env=cpu_env(PORT=str(free_port())))
+                   *evaluation_options(shapes_root, single_process[0], str(tmp_path)),
+                   env=cpu_env(PORT=str(free_port())))
     assert 'Distributed launcher: pytorch' in log
-    assert_same_evaluation(log, tmp_path / 'predictions.pkl', single_process, num_images)
+    assert_same_evaluation(log, str(tmp_path), single_process, num_images)
 
 
 @pytest.mark.slow
@@ -137,6 +167,6 @@ def test_slurm_scripts_train_and_test_with_two_tasks_on_cpu(shapes_root, trained
     env['MASTER_PORT'] = str(free_port())
     log = run_tool('slurm_test.sh', 'cpu', 'condtok', DEMO, trained_checkpoint, '--work-dir',
                    str(tmp_path / 'test'), '--out', str(tmp_path / 'predictions.pkl'), '--cfg-options',
-                   *evaluation_options(shapes_root, single_process[0]), env=env)
+                   *evaluation_options(shapes_root, single_process[0], str(tmp_path)), env=env)
     assert 'Distributed launcher: slurm' in log
-    assert_same_evaluation(log, tmp_path / 'predictions.pkl', single_process, 8)
+    assert_same_evaluation(log, str(tmp_path), single_process, 8)

@@ -13,7 +13,9 @@ from conftest import REPO_ROOT, build_wheel
 
 
 def test_wheel_ships_the_package_and_its_configs(tmp_path):
+    checkout_before = sorted(os.listdir(REPO_ROOT))
     wheel = build_wheel(tmp_path)
+    assert sorted(os.listdir(REPO_ROOT)) == checkout_before  # built from a copy: no build/ or egg-info here
     names = set(zipfile.ZipFile(wheel).namelist())
     configs = {osp.relpath(p, REPO_ROOT) for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'),
                                                             recursive=True)}

@@ -1,9 +1,15 @@
 import json
 import os.path as osp
+import statistics
 import subprocess
 import sys
 
 import pytest
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+import condtok_mm  # noqa: F401
+from condtok_mm.registry import MODELS
 
 from conftest import REPO_ROOT
 
@@ -21,11 +27,20 @@ def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path
     swin = summary['results']['swin-t']
     assert swin['size'] == [120, 150] and swin['step_goal_percent'] == 1.0
     for phase in ('train', 'inference'):
-        assert all(len(swin['times'][phase][variant]) == 2 for variant in ('baseline', 'conditioned'))
-        assert swin[phase]['baseline_s'] > 0 and swin[phase]['conditioned_s'] > 0
+        times = swin['times'][phase]
+        assert all(len(times[variant]) == 2 for variant in ('baseline', 'conditioned'))
+        base, cond = statistics.median(times['baseline']), statistics.median(times['conditioned'])
+        assert (swin[phase]['baseline_s'], swin[phase]['conditioned_s']) == (base, cond)
+        assert swin[phase]['overhead_percent'] == pytest.approx(100 * (cond / base - 1))
     process = swin['memory']['peaks']['process']
     assert swin['memory']['kind'] == 'peak RSS of the process'
-    assert process['baseline_bytes'] > 2**27 and process['conditioned_bytes'] > 2**27
+    # At its peak each process holds the weights, their gradients and AdamW's two moments: 16 bytes a parameter
+    cfg = Config.fromfile(osp.join(REPO_ROOT, swin['conditioned_config']))
+    init_default_scope('mmdet')
+    parameters = sum(p.numel() for p in MODELS.build(cfg.model).parameters())
+    assert process['baseline_bytes'] > 16 * parameters and process['conditioned_bytes'] > 16 * parameters
+    assert process['overhead_percent'] == pytest.approx(
+        100 * (process['conditioned_bytes'] / process['baseline_bytes'] - 1))
     conditioner = swin['conditioner']
     # stride-4 patch embedding of 120 x 150 padded to 128 x 160: the conditioner sees 30 x 38 valid tokens
     assert conditioner['tokens_shape'] == [1, 32 * 40, 96] and conditioner['valid_shapes'] == [[30, 38]]
@@ -35,6 +50,6 @@ def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path
     for implementation in ('conditioner', 'torch.linalg.svd'):
         assert conditioner[implementation]['kappa_before_max'] > 10
         assert conditioner[implementation]['kappa_after_max'] == pytest.approx(2.0, abs=1e-3)
-    assert (tmp_path / 'overhead.png').stat().st_size > 0
+    assert (tmp_path / 'overhead.png').read_bytes()[:4] == b'\x89PNG'
     assert 'swin-t    train' in result.stdout and 'machine:' in result.stdout
     assert 'paramwise_options' not in result.stdout + result.stderr

@@ -105,6 +105,7 @@ def train(shapes_root, work_dir, with_hook):
     return runner, losses
 
 
+@pytest.mark.slow
 def test_recording_does_not_change_training_and_writes_log_scalars_and_tensorboard(shapes_root, tmp_path):
     runner, with_hook = train(shapes_root, tmp_path / 'with', with_hook=True)
     _, without_hook = train(shapes_root, tmp_path / 'without', with_hook=False)
@@ -137,6 +138,7 @@ def test_recording_does_not_change_training_and_writes_log_scalars_and_tensorboa
     assert no_kappa.returncode == 1 and 'no kappa/* values' in no_kappa.stderr
 
 
+@pytest.mark.slow
 def test_measure_tool_writes_table_json_and_png(shapes_root, tmp_path):
     options = [o for o in data_options(shapes_root, 1) if o.startswith('val_')]
     result = subprocess.run(

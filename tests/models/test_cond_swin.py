@@ -52,8 +52,12 @@ def test_state_dict_keys_equal_swin_transformer():
 
 
 @pytest.mark.parametrize('layout', ['mmdet', 'original'])
-def test_loads_swin_checkpoint_without_missing_or_unexpected_keys(tmp_path, layout):
+def test_loads_swin_checkpoint_through_init_cfg(tmp_path, layout):
+    torch.manual_seed(0)
     source = SwinTransformer(**SMALL)
+    with torch.no_grad():  # norms start at 1 and 0: random values everywhere, so that every key must load
+        for parameter in source.parameters():
+            parameter.normal_()
     state = {f'backbone.{k}': v for k, v in source.state_dict().items()}
     convert = False
     if layout == 'original':  # the official Swin release layout, converted by swin_converter on load
@@ -63,15 +67,14 @@ def test_loads_swin_checkpoint_without_missing_or_unexpected_keys(tmp_path, layo
     path = tmp_path / 'swin.pth'
     torch.save({'state_dict': state} if layout == 'mmdet' else {'model': state}, path)
     # as built from a config file: SwinTransformer.init_weights reads init_cfg by attribute
-    model = build(convert_weights=convert,
-                  init_cfg=ConfigDict(type='Pretrained', checkpoint=str(path)))
-    result = model.load_state_dict({k[len('backbone.'):]: v for k, v in (
-        swin_converter(state) if convert else state).items()}, strict=True)
-    assert result.missing_keys == [] and result.unexpected_keys == []
-    model.init_weights()  # the Pretrained path of SwinTransformer.init_weights
+    torch.manual_seed(1)
+    model = build(convert_weights=convert, init_cfg=ConfigDict(type='Pretrained', checkpoint=str(path)))
+    learned = [k for k, v in source.state_dict().items() if not torch.equal(model.state_dict()[k], v)]
+    assert len(learned) == len(list(source.parameters()))  # every parameter differs before loading
+    model.init_weights()  # the Pretrained path of SwinTransformer.init_weights: the only load here
+    assert model.state_dict().keys() == source.state_dict().keys()
     for key, value in source.state_dict().items():
-        if 'relative_position_index' not in key:
-            torch.testing.assert_close(model.state_dict()[key], value, msg=key)
+        assert torch.equal(model.state_dict()[key], value), key
 
 
 def _to_original_layout(state):
@@ -99,6 +102,21 @@ def _to_original_layout(state):
     return original
 
 
+def swin_conditioned_at(model, stages, **conditioning):
+    """mmdet's SwinTransformer with ``model``'s weights, whose stage inputs in ``stages`` (0: the patch
+    embedding's output) go through condition_tokens by hooks: what CondSwinTransformer should compute."""
+    reference = SwinTransformer(**SMALL)
+    reference.load_state_dict(model.state_dict(), strict=True)
+    reference.eval()
+    if 0 in stages:
+        reference.patch_embed.register_forward_hook(
+            lambda m, args, out: (condition_tokens(out[0], **conditioning), out[1]))
+    for stage in set(stages) - {0}:
+        reference.stages[stage].register_forward_pre_hook(
+            lambda m, args: (condition_tokens(args[0], **conditioning), args[1]))
+    return reference
+
+
 @pytest.mark.parametrize('mode', ['sigma_max', 'floor'])
 def test_patch_tokens_are_conditioned_before_the_first_stage(mode):
     torch.manual_seed(0)
@@ -108,22 +126,48 @@ def test_patch_tokens_are_conditioned_before_the_first_stage(mode):
     x = torch.randn(2, 3, 128, 96)
     with torch.no_grad():
         raw, _ = model.patch_embed(x)
-        model(x)
+        outs = model(x)
+        reference = swin_conditioned_at(model, (0, ), mode=mode)
+        expected_seen = capture_stage_inputs(reference)
+        expected = reference(x)
     # LayerNorm'd patch tokens: every token has zero mean over channels, so X 1 = 0
     assert torch.allclose(raw.mean(-1), torch.zeros(()), atol=1e-5)
     assert (condition_number(raw) > 1e4).all()
     assert (condition_number(seen[0]) <= 2 + 1e-3).all()
-    assert (condition_number(seen[1]) > 2 + 1e-3).all()  # later stages untouched by default
+    # the later stages are untouched: bit for bit what SwinTransformer computes from the conditioned tokens
+    for stage in range(4):
+        assert torch.equal(seen[stage], expected_seen[stage]), stage
+    for ours, theirs in zip(outs, expected):
+        assert torch.equal(ours, theirs)
 
 
 def test_condition_later_stages():
+    torch.manual_seed(0)
     model = build(condition_stages=(0, 2))
     model.eval()
     seen = capture_stage_inputs(model)
+    x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
-        model(torch.randn(1, 3, 64, 64))
+        outs = model(x)
+        reference = swin_conditioned_at(model, (0, 2))
+        expected_seen = capture_stage_inputs(reference)
+        expected = reference(x)
     assert condition_number(seen[2]) <= 2 + 1e-3
-    assert condition_number(seen[1]) > 2 + 1e-3
+    for stage in range(4):  # conditioned at 0 and 2, stages 1 and 3 get what the stage before returns
+        assert torch.equal(seen[stage], expected_seen[stage]), stage
+    for ours, theirs in zip(outs, expected):
+        assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize('stages, where', [((0, ), 'stage 0'), ((1, ), 'stage 1'), ((0, 3), 'stage 0')])
+def test_non_finite_tokens_raise_naming_the_stage(stages, where):
+    model = build(condition_stages=stages)
+    x = torch.randn(1, 3, 64, 64)
+    x[0, 1, 10, 20] = float('nan')  # one pixel: one patch token, all 32 channels after the LayerNorm
+    # stage 0's attention spreads it over its 4 x 4 window; patch merging makes those 2 x 2 tokens of 64 channels
+    count = 32 if where == 'stage 0' else 2 * 2 * 64
+    with pytest.raises(ValueError, match=rf'^CondSwinTransformer {where}: the token matrix has {count} non-finite'):
+        model(x)
 
 
 @pytest.mark.parametrize('stages', [(4, ), (0, 0), (-1, ), ('0', )])

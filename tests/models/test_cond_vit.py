@@ -201,6 +201,15 @@ def test_per_window_conditioning_conditions_each_window_of_the_first_block():
         assert (condition_number(window) <= 2 + 1e-3).all(), (top, left)
 
 
+@pytest.mark.parametrize('after_pos_embed, where', [(False, 'patch embedding'), (True, 'position embedding')])
+def test_non_finite_tokens_raise_naming_where_the_conditioner_sits(after_pos_embed, where):
+    model = build(condition_after_pos_embed=after_pos_embed)
+    x = torch.randn(1, 3, 64, 64)
+    x[0, 0, 5, 40] = float('inf')  # one pixel: one 16 x 16 patch, all 32 channels of its token
+    with pytest.raises(ValueError, match=rf'^CondViT {where}: the token matrix has 32 non-finite'):
+        model(x)
+
+
 @pytest.mark.parametrize('kwargs, message', [
     (dict(window_block_indexes=(1, ), conditioning=dict(type='TokenConditioner', scope='window')),
      r"CondViT patch embedding: scope='window' but the attention block it feeds attends globally"),

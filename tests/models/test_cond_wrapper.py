@@ -10,15 +10,18 @@ from condtok_mm.conditioning import condition_number
 from condtok_mm.registry import MODELS
 from conftest import REPO_ROOT, window_matrices
 
+# Swin-T's and DaViT-T's layout at a twelfth of their width and a quarter of their depth: the same modules, so
+# the same hooks and token layouts, for a fraction of the time
+SMALL_HIERARCHY = dict(embed_dims=32, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8])
 BACKBONES = [
     # (wrapped backbone config, conditioned submodule, token layout, odd input size)
     (dict(type='mmpretrain.VisionTransformer', arch='deit-tiny', img_size=64, patch_size=16), 'patch_embed',
      'auto', (80, 112)),
-    (dict(type='mmpretrain.SwinTransformer', arch='tiny', img_size=224, pad_small_map=True), 'patch_embed',
+    (dict(type='mmpretrain.SwinTransformer', arch=SMALL_HIERARCHY, img_size=64, pad_small_map=True), 'patch_embed',
      'auto', (97, 131)),
     (dict(type='mmpretrain.XCiT', patch_size=16, embed_dims=64, depth=2, num_heads=4, out_type='featmap',
           out_indices=(1, )), 'patch_embed', 'auto', (70, 90)),
-    (dict(type='mmpretrain.DaViT', arch='t', out_indices=(0, 3)), 'patch_embed', 'auto', (224, 256)),
+    (dict(type='mmpretrain.DaViT', arch=SMALL_HIERARCHY, out_indices=(0, 3)), 'patch_embed', 'auto', (224, 256)),
     (dict(type='mmdet.ResNet', depth=18, out_indices=(0, 1, 2, 3)), 'conv1', 'BCHW', (75, 99)),
 ]
 IDS = ['vit', 'swin', 'xcit', 'davit', 'resnet']
@@ -74,6 +77,15 @@ def test_pretrained_weights_load_through_the_wrapped_init_cfg(tmp_path):
     wrapper.init_weights()
     for key, value in source.state_dict().items():
         assert torch.equal(wrapper.state_dict()[key], value), key
+
+
+def test_non_finite_tokens_raise_naming_the_wrapped_backbone_and_target():
+    wrapper = build(BACKBONES[0][0])  # mmpretrain's ViT, 192 channels, conditioned at its patch embedding
+    x = torch.randn(1, 3, 64, 64)
+    x[0, 2, 33, 7] = float('nan')  # one pixel: one patch token, all 192 channels
+    with pytest.raises(ValueError, match=r'^CondTokBackbone\(VisionTransformer\)\.patch_embed: the token matrix '
+                                         'has 192 non-finite'):
+        wrapper(x)
 
 
 def test_detector_checkpoint_loads_like_load_from():

@@ -1,7 +1,7 @@
 """Cost of per-window against whole-image conditioning of embedded tokens.
 
     python tools/benchmark/window_conditioning.py [--batch 2] [--repeats 5] [--threads N] [--device cpu]
-        [--out-dir work_dirs/benchmark/]
+        [--scale 1.0] [--out-dir work_dirs/benchmark/]
 
 Times TokenConditioner(scope='image') and TokenConditioner(scope='window') on the patch-embedding tokens of
   * Swin-T stage 0 at 800 x 1333 (a 200 x 334 grid of 96 channels, 7 x 7 windows), and
@@ -32,11 +32,11 @@ from condtok_mm.registry import MODELS  # noqa: E402
 from condtok_mm.utils import describe_machine, machine_summary, timed  # noqa: E402
 
 CASES = [
-    dict(name='Swin-T stage 0, 800x1333', image=(800, 1333), window_size=7, embed='swin-t', content=1.0),
-    dict(name='ViT-B, 1024x1024', image=(1024, 1024), window_size=14, embed='vit-b', content=1.0),
+    dict(model='Swin-T stage 0', image=(800, 1333), window_size=7, embed='swin-t', content=1.0),
+    dict(model='ViT-B', image=(1024, 1024), window_size=14, embed='vit-b', content=1.0),
     # large-scale jitter shrinks many training images to a corner of the 1024 canvas and pads the rest with
     # one gray: the windows there hold identical tokens (rank 1), the costliest case for the Gram path
-    dict(name='ViT-B, 1024x1024 LSJ 0.5', image=(1024, 1024), window_size=14, embed='vit-b', content=0.5),
+    dict(model='ViT-B', suffix=' LSJ 0.5', image=(1024, 1024), window_size=14, embed='vit-b', content=0.5),
 ]
 
 
@@ -50,6 +50,8 @@ def parse_args():
     parser.add_argument('--mode', default='sigma_max', help='conditioning mode')
     parser.add_argument('--out-dir', default='work_dirs/benchmark/', help='where to write JSON and PNG')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--scale', type=float, default=1.0,
+                        help='image sizes times this (the tests run the script at a small fraction)')
     return parser.parse_args()
 
 
@@ -63,10 +65,10 @@ def smooth_images(batch, size, generator):
 
 
 @torch.no_grad()
-def make_tokens(case, batch, generator):
-    """(B, H*W, C) patch-embedding tokens and their grid (H, W)."""
-    images = torch.full((batch, 3, *case['image']), 114 / 255)
-    height, width = (round(case['content'] * side) for side in case['image'])
+def make_tokens(case, image_size, batch, generator):
+    """(B, H*W, C) patch-embedding tokens of images of ``image_size`` and their grid (H, W)."""
+    images = torch.full((batch, 3, *image_size), 114 / 255)
+    height, width = (round(case['content'] * side) for side in image_size)
     images[:, :, :height, :width] = smooth_images(batch, (height, width), generator)
     if case['embed'] == 'swin-t':  # 4 x 4 patches, 96 channels, LayerNorm
         from mmdet.models.layers.transformer.utils import PatchEmbed
@@ -134,9 +136,11 @@ def main():
     results = []
     progress = tqdm(total=2 * args.repeats * len(CASES), desc='conditioning', unit='run')
     for case in CASES:
-        tokens, hw_shape = make_tokens(case, args.batch, generator)
+        image_size = tuple(round(args.scale * side) for side in case['image'])
+        tokens, hw_shape = make_tokens(case, image_size, args.batch, generator)
         tokens = tokens.to(device)
-        result = dict(case=case['name'], batch=args.batch, grid=list(hw_shape), channels=tokens.shape[-1],
+        name = f'{case["model"]}, {image_size[0]}x{image_size[1]}{case.get("suffix", "")}'
+        result = dict(case=name, batch=args.batch, grid=list(hw_shape), channels=tokens.shape[-1],
                       window_size=case['window_size'], mode=args.mode,
                       windows_per_image=len(list(windows_of(tokens[:1], hw_shape, case['window_size']))))
         for scope in ('image', 'window'):
