@@ -53,8 +53,9 @@ def two_process_config(tmp_path):
     """The demo config, plus a hook that writes each rank's final weights (only rank 0 writes checkpoints)."""
     path = tmp_path / 'demo_rank_weights.py'
     hooks = [*Config.fromfile(DEMO).to_dict().get('custom_hooks', []), dict(type='SaveRankWeights')]
-    path.write_text(f"_base_ = {DEMO!r}\ncustom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable', 'rank_weights'], "
-                    f"allow_failed_imports=False)\ncustom_hooks = {hooks!r}\n")
+    imports = ['condtok_mm', 'condtok_mm.compat.enable', 'rank_weights']
+    path.write_text(f"_base_ = {DEMO!r}\ncustom_imports = dict(imports={imports!r}, allow_failed_imports=False)\n"
+                    f"custom_hooks = {hooks!r}\n")
     return str(path)
 
 
