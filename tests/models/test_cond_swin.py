@@ -108,12 +108,13 @@ def swin_conditioned_at(model, stages, **conditioning):
     reference = SwinTransformer(**SMALL)
     reference.load_state_dict(model.state_dict(), strict=True)
     reference.eval()
+    def on_grid(tokens, hw_shape):  # each image's tokens as its (H, W) grid, as the backbone passes them
+        return condition_tokens(tokens.view(tokens.shape[0], *hw_shape, -1), **conditioning).view(tokens.shape)
+
     if 0 in stages:
-        reference.patch_embed.register_forward_hook(
-            lambda m, args, out: (condition_tokens(out[0], **conditioning), out[1]))
+        reference.patch_embed.register_forward_hook(lambda m, args, out: (on_grid(*out), out[1]))
     for stage in set(stages) - {0}:
-        reference.stages[stage].register_forward_pre_hook(
-            lambda m, args: (condition_tokens(args[0], **conditioning), args[1]))
+        reference.stages[stage].register_forward_pre_hook(lambda m, args: (on_grid(*args), args[1]))
     return reference
 
 
