@@ -138,6 +138,7 @@ def _bands(n: int, m: int, width: int = 1) -> List[Tuple[int, int]]:
     The bands are runs of whole grid rows, split as evenly as possible, where the grid has at least ``m``
     rows, and runs of consecutive tokens otherwise (always for width 1).
     """
+    n, m, width = int(n), int(m), int(width)  # sizes are tensors while torch.jit.trace records them
     height = n // width
     if m > height:
         width, height = 1, n
@@ -262,7 +263,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     non-finite or extreme tokens, fewer grid rows than bands, or a completion this shortcut cannot make
     accurately.
     """
-    batch, height, width, d = grid.shape
+    batch, height, width, d = (int(size) for size in grid.shape)  # tensors while torch.jit.trace records
     rows = max(1, _CHUNK_TOKENS // width)
     chunks = [(r, min(height, r + rows)) for r in range(0, height, rows)]
     buffer = torch.empty(batch, min(rows, height), width, d, dtype=torch.float64, device=grid.device)
@@ -271,7 +272,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
         chunk = buffer[:, :end - start]
         chunk.copy_(grid[:, start:end])
         tokens = chunk.view(batch, -1, d)
-        gram.baddbmm_(tokens.transpose(-1, -2), tokens)
+        gram += tokens.transpose(-1, -2) @ tokens
     largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
     if not bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
         return False
@@ -302,18 +303,16 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
         # Z W: every token of band j gets W_j / sqrt(tokens in band j).
         bands = [(start, end, (lift_w[:, j] / norm)[:, None, None]) for j, ((start, end), norm)
                  in enumerate(zip(bands, norms))]
-    result = torch.empty_like(buffer)
     for start, end in chunks:
         chunk = buffer[:, :end - start]
         chunk.copy_(grid[:, start:end])
-        conditioned = result[:, :end - start]
-        torch.matmul(chunk.view(batch, -1, d), product, out=conditioned.view(batch, -1, d))
+        conditioned = (chunk.view(batch, -1, d) @ product).view(chunk.shape)
         if not bands:
             out[:, start:end].copy_(conditioned)
         for band_start, band_end, band_lift in bands:  # the bands this chunk of rows meets
             low, high = max(start, band_start), min(end, band_end)
             if low < high:
-                torch.add(result[:, low - start:high - start], band_lift, out=out[:, low:high])
+                torch.add(conditioned[:, low - start:high - start], band_lift, out=out[:, low:high])
     return True
 
 
