@@ -42,7 +42,7 @@ def record_valid_region(inputs: torch.Tensor, img_shapes: Sequence[Sequence[int]
     if inputs.dim() != 4 or len(img_shapes) != inputs.shape[0]:
         raise ValueError(f'record_valid_region: expected a (B, C, H, W) batch and B image shapes, got '
                          f'{tuple(inputs.shape)} and {len(img_shapes)} shapes')
-    batch_hw = tuple(inputs.shape[-2:])
+    batch_hw = tuple(int(size) for size in inputs.shape[-2:])
     shapes = tuple((min(int(h), batch_hw[0]), min(int(w), batch_hw[1])) for h, w in
                    (shape[:2] for shape in img_shapes))
     _CURRENT.set(BatchValidRegion(weakref.ref(inputs), batch_hw, shapes))
@@ -73,7 +73,7 @@ def valid_token_shapes(region: Optional[BatchValidRegion], grid_hw: Tuple[int, i
     """
     if region is None:
         return None
-    grid_h, grid_w = grid_hw
+    grid_h, grid_w = (int(size) for size in grid_hw)  # tensors while torch.jit.trace records the sizes
     stride_h = max(1, round(region.batch_hw[0] / grid_h))
     stride_w = max(1, round(region.batch_hw[1] / grid_w))
     shapes = [(min(grid_h, math.ceil(h / stride_h)), min(grid_w, math.ceil(w / stride_w)))
