@@ -93,11 +93,13 @@ PATCHED_BY_THE_FIXES = [
     'mmengine.runner.runner.save_checkpoint', 'mmengine.runner.save_checkpoint']
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_opting_in_changes_what_the_fixes_list():
     # the check below sees a change where there is one
     assert side_effects('import condtok_mm.compat.enable') == PATCHED_BY_THE_FIXES
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 @pytest.mark.parametrize('step', [
     'import condtok_mm',
     """
@@ -111,6 +113,7 @@ def test_importing_condtok_mm_changes_nothing_outside_its_registries(step, tmp_p
     assert side_effects(step.format(host_config=str(host_config))) == []
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_no_fix_applies_to_an_mmengine_newer_than_the_last_one_with_the_bugs():
     # a newer mmengine may have fixed any of these bugs (none is released yet), so each fix stands aside
     assert side_effects("""
@@ -296,6 +299,7 @@ def test_with_a_gpu_mmengine_launches_and_wraps_as_before(monkeypatch, torchrun_
                      ('slurm', ('nccl', ), dict(port=1234, init_backend='torch')), ('wrap', None)]
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_a_checkpoint_killed_while_written_leaves_the_previous_one(tmp_path):
     # The child saves epoch_1.pth, then saves it again with every file opened for writing in tmp_path
     # writing half of the data and waiting to be killed, wherever in the save the file is written.
@@ -444,6 +448,7 @@ def test_runner_checkpoints_hold_exactly_the_allowed_types_and_load(tmp_path):
         assert torch.equal(tensor, trained[name]), name
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_tools_test_refuses_a_checkpoint_that_would_run_a_command(shapes_root, tmp_path):
     marker = tmp_path / 'the_command_ran'
     path = str(tmp_path / 'epoch_12.pth')

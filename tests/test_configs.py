@@ -156,6 +156,7 @@ def test_config_builds_its_runner_and_scales_the_lr_from_its_base_batch_size(pat
     assert max(config_lrs) == cfg.optim_wrapper.optimizer.lr  # below it: layer-wise decayed groups
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 @pytest.mark.parametrize('tool, arguments, missing', [
     ('train.py', [], 'data/coco/annotations/instances_train2017.json does not exist (train_dataloader.dataset'),
     ('test.py', ['epoch_12.pth'],

@@ -53,6 +53,7 @@ def test_run_options_reach_the_demo_schedule_hook_checkpoints_and_data(shapes_ro
         shapes_root, 'annotations', 'instances_val.json')
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_an_unknown_variant_is_refused_with_the_valid_ones():
     result = run_script('--variants', 'baseline', 'condtok-ceiling')
     assert result.returncode == 2
@@ -60,6 +61,7 @@ def test_an_unknown_variant_is_refused_with_the_valid_ones():
     assert all(f"'{name}'" in result.stderr for name in ('baseline', 'condtok', 'condtok-floor'))
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_a_missing_dataset_is_refused_with_the_command_that_makes_it(tmp_path):
     data_root = str(tmp_path / 'no_shapes')
     result = run_script('--data-root', data_root, '--out-dir', str(tmp_path / 'out'))

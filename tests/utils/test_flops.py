@@ -4,6 +4,7 @@ import os.path as osp
 import subprocess
 import sys
 
+import pytest
 import torch
 from mmengine.analysis import FlopAnalyzer
 from torch import nn
@@ -27,6 +28,7 @@ def test_eigh_and_svd_are_counted_where_mmengine_counts_nothing():
     assert flops['decompositions'] == flops['total'] == eigh + svd
 
 
+@pytest.mark.slow  # a fresh Python process (~10 s of imports on 2 cores)
 def test_the_conditioned_twin_costs_its_conditioner_more_gram_product_and_eigh_included(tmp_path):
     configs = [osp.join(REPO_ROOT, 'configs', 'demo', name) for name in (
         'mask-rcnn_swin-mini_fpn_12e_shapes.py', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')]
