@@ -16,6 +16,15 @@ every singular value up while keeping the singular vectors:
 
 Both give kappa(X + C) <= t for alpha = 1; alpha scales C (alpha = 0 is the identity).
 
+``mode='graying'`` (Token Graying, arXiv 2505.01996, "Always Skip Attention"):  X + C = U (S / s_1)^eps V^T
+    The paper's map, faithfully: every singular value becomes (s_i / s_1)^eps with 0 < eps <= 1 (``epsilon``),
+    so kappa -> kappa^eps and the result is rescaled to s_1 = 1 (it does not scale with X). target_kappa plays
+    no part; alpha still scales C = U ((S / s_1)^eps - S) V^T. Where the paper is silent we decided: singular
+    values at round-off level (s_i <= RANK_RTOL * s_1, the null directions below) map to 0, not to
+    (s_i / s_1)^eps. The map has infinite slope at 0, so it would amplify round-off (e.g. 1e-8 -> 4e-3 at
+    eps = 0.3) into directions X does not have; a rank-deficient X therefore stays rank-deficient (graying
+    lifts nothing from zero and needs no null-space completion), and the zero matrix stays zero.
+
 Rank-deficient X is the common case (a LayerNorm'd patch embedding has X 1 = 0), and then the guarantee
 needs U and V *completed* over the null directions: a zero singular value must be lifted along some unit
 vector of the orthogonal complement of range(X), which X V S^-1 cannot provide. The thin SVD gives that
@@ -62,9 +71,11 @@ import torch
 
 __all__ = ['condition_tokens', 'condition_token_windows', 'condition_valid_regions', 'condition_number',
            'token_correction', 'write_conditioned', 'token_windows', 'channel_mean_complement',
-           'CONDITIONING_MODES', 'CONDITIONING_METHODS']
+           'BOUNDING_MODES', 'CONDITIONING_MODES', 'CONDITIONING_METHODS', 'GRAYING_EPSILON']
 
-CONDITIONING_MODES = ('sigma_max', 'floor')
+# Modes that bound kappa(X + C) <= target_kappa; 'graying' raises small singular values without a bound.
+BOUNDING_MODES = ('sigma_max', 'floor')
+CONDITIONING_MODES = BOUNDING_MODES + ('graying', )
 CONDITIONING_METHODS = ('gram', 'svd')
 
 # Singular values below RANK_RTOL * s_1 are treated as null directions on the Gram path. The eigenvalues
@@ -79,9 +90,11 @@ _COMPLETION_OVERSAMPLING = 4
 # A Gram matrix whose largest diagonal entry is below this is recomputed from rescaled tokens: its
 # entries may have underflowed (float64 tokens below ~1e-100), or the sample is zero.
 _GRAM_FLOOR = 1e-200
+# Token Graying's default strength (the authors' default).
+GRAYING_EPSILON = 0.95
 
 
-def _check_arguments(mode: str, alpha: float, target_kappa: float, method: str) -> None:
+def _check_arguments(mode: str, alpha: float, target_kappa: float, method: str, epsilon: float) -> None:
     if mode not in CONDITIONING_MODES:
         raise ValueError(f'conditioning mode must be one of {CONDITIONING_MODES}, got {mode!r}')
     if method not in CONDITIONING_METHODS:
@@ -91,6 +104,9 @@ def _check_arguments(mode: str, alpha: float, target_kappa: float, method: str) 
     if not (isinstance(target_kappa, (int, float)) and math.isfinite(target_kappa)
             and target_kappa > 1):
         raise ValueError(f'target_kappa must be a finite number > 1, got {target_kappa!r}')
+    if isinstance(epsilon, bool) or not (isinstance(epsilon, (int, float)) and 0 < epsilon <= 1):
+        raise ValueError(f"graying epsilon must be a number in (0, 1] (kappa -> kappa^epsilon; the authors' "
+                         f'default is {GRAYING_EPSILON}), got {epsilon!r}')
 
 
 def _check_finite(x: torch.Tensor, where: str) -> None:
@@ -102,12 +118,51 @@ def _check_finite(x: torch.Tensor, where: str) -> None:
             'training step), not from the conditioning. Lower the learning rate or check the input.')
 
 
-def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float,
-          target_kappa: float) -> torch.Tensor:
+def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+          epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
     """D = alpha * g(s): how much each singular value is raised (same shape as ``s``)."""
     if mode == 'sigma_max':
         return (alpha / (target_kappa - 1)) * s1.expand_as(s)
-    return alpha * (s1 / target_kappa - s).clamp_min(0)
+    if mode == 'floor':
+        return alpha * (s1 / target_kappa - s).clamp_min(0)
+    return alpha * (_grayed(s, s1, epsilon) - s)
+
+
+def _grayed(s: torch.Tensor, s1: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Token Graying's singular values (s_i / s_1)^eps, with round-off-level s_i (<= RANK_RTOL s_1) -> 0.
+
+    The masked branches see only safe values, so that the gradient (detach=False) stays finite at s_i = 0
+    and s_1 = 0.
+    """
+    live = s > RANK_RTOL * s1
+    ratio = torch.where(live, s / torch.where(live, s1, torch.ones_like(s1)), torch.ones_like(s))
+    return torch.where(live, ratio**epsilon, torch.zeros_like(s))
+
+
+def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float, epsilon: float
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From the ascending eigenvalues ``lam`` of G = X^T X: (s, null, lift, scale, keep).
+
+    ``null`` marks the null directions to complete (each lifted by ``lift``), ``scale`` the factor C adds
+    to X v_i on the others and ``keep`` = 1 + scale, the factor of X + C (X + C = X V diag(keep) V^T there).
+    Zero samples (s_1 = 0) get nothing.
+    """
+    s = lam.clamp_min(0).sqrt()
+    s1 = s[..., -1:]
+    has_signal = s1 > 0
+    null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
+    lift = _lift(s, s1, mode, alpha, target_kappa, epsilon) * has_signal
+    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
+    scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
+    keep = scale + 1
+    if mode == 'graying':
+        # keep = (1 - alpha) + alpha g_i / s_i, formed directly: 1 + (g_i / s_i - 1) would cancel to 0 where
+        # s_i >> 1 (graying's output does not scale with X). Null directions have g_i = 0: X's own (round-off)
+        # component there is scaled by 1 - alpha, as on the SVD path, and nothing is lifted or completed.
+        keep = (1 - alpha) + alpha * _grayed(s, s1, epsilon) / s.clamp_min(1e-300)
+        scale = keep - 1
+        null = torch.zeros_like(null)
+    return s, null, lift, scale, keep
 
 
 def _householder_to_ones(d: int, dtype: torch.dtype, device: torch.device) -> Tuple[torch.Tensor, float]:
@@ -205,7 +260,8 @@ def _complete_null_space(x: torch.Tensor, bands: List[Tuple[int, int]], v: torch
 
 
 def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                          add_tokens: bool = False, grid_width: int = 1) -> Optional[torch.Tensor]:
+                          add_tokens: bool = False, grid_width: int = 1,
+                          epsilon: float = GRAYING_EPSILON) -> Optional[torch.Tensor]:
     """C (X + C with ``add_tokens``) for float64 x (B, N, d), N >= d, from its d x d Gram matrix ``gram``.
 
     The product X (M - A W) (X (I + M - A W) for X + C) and, with null directions, two passes (band sums,
@@ -215,15 +271,11 @@ def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha:
     space (the SVD then does the work).
     """
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s = lam.clamp_min(0).sqrt()
-    s1 = s[..., -1:]
-    has_signal = s1 > 0
-    null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
-    lift = _lift(s, s1, mode, alpha, target_kappa) * has_signal
-    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added; summed over
-    # i this is X M with the d x d matrix M = V diag(D/S) V^T (X (I + M) for X + C, at no extra cost).
-    scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
-    product = (v * (scale + 1 if add_tokens else scale).unsqueeze(-2)) @ v.transpose(-1, -2)
+    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon)
+    has_signal = s[..., -1:] > 0
+    # Summed over the non-null directions, X v_i (D_i / s_i) is X M with the d x d matrix M = V diag(D/S) V^T
+    # (X (I + M) for X + C, at no extra cost).
+    product = (v * (keep if add_tokens else scale).unsqueeze(-2)) @ v.transpose(-1, -2)
     null_count = null.sum(-1)
     k = int(null_count.max())
     if k == 0:
@@ -252,7 +304,7 @@ _CHUNK_TOKENS = 8192
 
 
 def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str, alpha: float,
-                                target_kappa: float) -> bool:
+                                target_kappa: float, epsilon: float = GRAYING_EPSILON) -> bool:
     """Write X + C into ``out`` for the token grids ``grid`` (B, H, W, d), H * W >= d, reading X twice.
 
     The Gram path with nothing else materialized: pass 1 casts chunks of rows to float64 and accumulates
@@ -277,12 +329,8 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     if not bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
         return False
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s = lam.clamp_min(0).sqrt()
-    s1 = s[..., -1:]
-    null = s <= RANK_RTOL * s1  # s1 > 0: largest >= _GRAM_FLOOR
-    lift = _lift(s, s1, mode, alpha, target_kappa)
-    scale = torch.where(null, torch.zeros_like(s), lift / s.clamp_min(1e-300))
-    product = (v * (scale + 1).unsqueeze(-2)) @ v.transpose(-1, -2)  # I + M
+    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon)  # s_1 > 0: G >= floor
+    product = (v * keep.unsqueeze(-2)) @ v.transpose(-1, -2)  # I + M
     null_count = null.sum(-1)
     k = int(null_count.max())
     bands = []
@@ -316,17 +364,19 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     return True
 
 
-def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
+def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+                    epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
     """Reference C from the thin SVD (LAPACK completes U and V over null directions)."""
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
     s1 = s[..., :1]
-    return (u * _lift(s, s1, mode, alpha, target_kappa).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s1, mode, alpha, target_kappa, epsilon).unsqueeze(-2)) @ vh
 
 
 def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, method: str = 'gram',
                      where: str = 'token_correction', centred: bool = False,
-                     add_tokens: bool = False, grid_width: int = 1) -> torch.Tensor:
+                     add_tokens: bool = False, grid_width: int = 1,
+                     epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
     """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
 
     With ``add_tokens`` it returns X + C instead, computed without a separate pass to add X. ``grid_width``
@@ -339,7 +389,8 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
             _check_finite(x, where)
             return x.clone() if add_tokens else torch.zeros_like(x)
         correction = _from_channel_mean_complement(
-            token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where))
+            token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where,
+                             epsilon=epsilon))
         return x + correction if add_tokens else correction
     if alpha == 0:
         _check_finite(x, where)
@@ -355,39 +406,48 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
         if bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
             correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa, add_tokens,
-                                               1 if wide else grid_width)
+                                               1 if wide else grid_width, epsilon)
             if correction is not None:
                 return correction.transpose(-1, -2) if wide else correction
     _check_finite(x, where)
     # Scale each sample to max |x| = 1 so that the Gram matrix neither overflows nor underflows;
-    # C is homogeneous of degree 1 in X, so it is scaled back afterwards.
+    # C is homogeneous of degree 1 in X, so it is scaled back afterwards (graying's is not: see below).
     amax = tall.abs().amax(dim=(-2, -1), keepdim=True)
     unit = tall / torch.where(amax > 0, amax, torch.ones_like(amax))
     if method == 'gram':
         correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa,
-                                           grid_width=1 if wide else grid_width)
+                                           grid_width=1 if wide else grid_width, epsilon=epsilon)
     if correction is None:  # method='svd', or the Gram path's completion had no room to work
-        correction = _correction_svd(unit, mode, alpha, target_kappa)
-    correction = correction * amax
-    if add_tokens:
-        correction = correction + tall
+        correction = _correction_svd(unit, mode, alpha, target_kappa, epsilon)
+    if mode == 'graying':
+        # X + C = (1 - alpha) X + alpha U (S / s_1)^eps V^T, whose second term is the same for X and for X / amax;
+        # formed without X + (C - X), which would cancel the O(1) result away at large amax.
+        conditioned = correction + unit + (1 - alpha) * (tall - unit)
+        correction = conditioned if add_tokens else conditioned - tall
+    else:
+        correction = correction * amax
+        if add_tokens:
+            correction = correction + tall
     return correction.transpose(-1, -2) if wide else correction
 
 
 def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, detach: bool = True, method: str = 'gram',
-                     where: str = 'condition_tokens', centred: bool = False) -> torch.Tensor:
-    """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample.
+                     where: str = 'condition_tokens', centred: bool = False,
+                     epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
+    """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample
+    (kappa(X + C) = kappa(X)^epsilon with ``mode='graying'``).
 
     Args:
         x (Tensor): token matrices of shape (B, N, d) or (N, d), or token grids (B, H, W, d) (each the
             H*W x d matrix of its tokens, row-major; the grid only places the null-space completion on bands
             of whole rows); any floating dtype. The correction is computed in float64 and the result is
             returned in ``x.dtype``.
-        mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction) or 'floor' (lift only
-            the singular values below s_1/t to s_1/t). Default: 'sigma_max'.
+        mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction), 'floor' (lift only
+            the singular values below s_1/t to s_1/t) or 'graying' (X + C = U (S/s_1)^epsilon V^T, Token
+            Graying; see the module docstring). Default: 'sigma_max'.
         alpha (float): scale of the correction; 1 reaches the bound, 0 disables it. Default: 1.0.
-        target_kappa (float): the bound t > 1. Default: 2.0 (the paper's value).
+        target_kappa (float): the bound t > 1 ('sigma_max', 'floor'). Default: 2.0 (the paper's value).
         detach (bool): treat C as a constant in backward, so the gradient w.r.t. ``x`` is the identity.
             With False the gradient flows through the SVD; directions that are (nearly) null or have
             (nearly) equal singular values contribute no gradient instead of an infinite one.
@@ -398,6 +458,8 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         centred (bool): condition X on the complement of the all-ones channel vector only (see the module
             docstring): kappa(X Q + C Q) <= target_kappa and C 1 = 0, so nothing is lifted along the
             direction the next LayerNorm removes. Default: False (the paper's construction).
+        epsilon (float): Token Graying's exponent, 0 < epsilon <= 1 ('graying' only; 1 keeps the singular
+            values' ratios, smaller is stronger). Default: 0.95 (the authors' default).
 
     Returns:
         Tensor: X + C with the shape and dtype of ``x``. A zero matrix is returned unchanged.
@@ -405,7 +467,7 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     Raises:
         ValueError: on NaN/Inf in ``x`` or on invalid arguments.
     """
-    _check_arguments(mode, alpha, target_kappa, method)
+    _check_arguments(mode, alpha, target_kappa, method, epsilon)
     if x.dim() not in (2, 3, 4):
         raise ValueError(f'{where}: expected tokens of shape (B, N, d), (N, d) or (B, H, W, d), got '
                          f'{tuple(x.shape)}')
@@ -414,7 +476,8 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
     if grid.numel() == 0:
         return x
-    options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, method=method, where=where, centred=centred)
+    options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, method=method, where=where, centred=centred,
+                   epsilon=epsilon)
     if detach or not torch.is_grad_enabled() or not x.requires_grad:
         out = torch.empty(grid.shape, dtype=x.dtype, device=x.device)
         with torch.no_grad():
@@ -426,13 +489,13 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         _check_finite(grid, where)
         flat = grid.reshape(batch, height * width, d)
         out = (flat + _DifferentiableCorrection.apply(flat, mode, alpha, target_kappa, method, centred,
-                                                      width)).view(grid.shape)
+                                                      width, epsilon)).view(grid.shape)
     return out.view(x.shape)
 
 
 def write_conditioned(grid: torch.Tensor, out: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                       target_kappa: float = 2.0, method: str = 'gram', where: str = 'write_conditioned',
-                      centred: bool = False) -> None:
+                      centred: bool = False, epsilon: float = GRAYING_EPSILON) -> None:
     """Write X + C for the token grids ``grid`` (B, H, W, d) into ``out`` (same shape, any dtype and strides).
 
     The work of :func:`condition_tokens` (same arguments; C a constant, no autograd) without allocating the
@@ -442,11 +505,11 @@ def write_conditioned(grid: torch.Tensor, out: torch.Tensor, mode: str = 'sigma_
     """
     batch, height, width, d = grid.shape
     if method == 'gram' and not centred and alpha != 0 and height * width >= d \
-            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa):
+            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa, epsilon):
         return
     flat = grid.reshape(batch, height * width, d).double()
     conditioned = token_correction(flat, mode, alpha, target_kappa, method, where, centred, add_tokens=True,
-                                   grid_width=width)
+                                   grid_width=width, epsilon=epsilon)
     out.copy_(conditioned.view(grid.shape))
 
 
@@ -464,7 +527,7 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int
             None: the valid region as one matrix. Default: None.
         shift_size (int): Swin's window shift, with ``window_size``. Default: 0.
         detach (bool): see :func:`condition_tokens`. Default: True.
-        **kwargs: mode, alpha, target_kappa, method, where, centred of :func:`condition_tokens`.
+        **kwargs: mode, alpha, target_kappa, method, where, centred, epsilon of :func:`condition_tokens`.
 
     Returns:
         Tensor: the conditioned grids, shape and dtype of ``grid``.
@@ -519,26 +582,26 @@ class _DifferentiableCorrection(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, mode, alpha, target_kappa, method, centred, grid_width):
+    def forward(ctx, x, mode, alpha, target_kappa, method, centred, grid_width, epsilon):
         x64 = x.detach().double()
         ctx.save_for_backward(x64)
-        ctx.options = (mode, alpha, target_kappa, centred)
+        ctx.options = (mode, alpha, target_kappa, centred, epsilon)
         return token_correction(x64, mode, alpha, target_kappa, method, centred=centred,
-                                grid_width=grid_width).to(x.dtype)
+                                grid_width=grid_width, epsilon=epsilon).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_c):
         (x64,) = ctx.saved_tensors
-        mode, alpha, target_kappa, centred = ctx.options
+        mode, alpha, target_kappa, centred, epsilon = ctx.options
         with torch.enable_grad():
             xr = x64.detach().requires_grad_(True)
             if centred and xr.shape[-1] < 2:
-                return torch.zeros_like(grad_c), None, None, None, None, None, None
+                return torch.zeros_like(grad_c), None, None, None, None, None, None, None
             correction = (_from_channel_mean_complement(
-                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa)) if centred
-                          else _correction_safe_svd(xr, mode, alpha, target_kappa))
+                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa, epsilon)) if centred
+                          else _correction_safe_svd(xr, mode, alpha, target_kappa, epsilon))
             (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
-        return grad_x.to(grad_c.dtype), None, None, None, None, None, None
+        return grad_x.to(grad_c.dtype), None, None, None, None, None, None, None
 
 
 class _SafeSVD(torch.autograd.Function):
@@ -577,9 +640,10 @@ class _SafeSVD(torch.autograd.Function):
         return inner + outer_u + outer_v
 
 
-def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float) -> torch.Tensor:
+def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+                         epsilon: float) -> torch.Tensor:
     u, s, vh = _SafeSVD.apply(x)
-    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa, epsilon).unsqueeze(-2)) @ vh
 
 
 def _window_runs(length: int, window_size: int, shift_size: int) -> List[Tuple[int, int, int]]:
@@ -643,7 +707,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
         window_size (int): side of the square attention window, >= 1.
         shift_size (int): Swin's window shift, 0 <= shift_size < window_size. Default: 0.
         where (str): a name for error messages.
-        **kwargs: mode, alpha, target_kappa, detach, method, centred of :func:`condition_tokens`.
+        **kwargs: mode, alpha, target_kappa, detach, method, centred, epsilon of :func:`condition_tokens`.
 
     Returns:
         Tensor: the conditioned tokens, shape and dtype of ``x``.

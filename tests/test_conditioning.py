@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import (CONDITIONING_MODES, _bands, _conditioned_grid_streaming, _correction_gram_tall,
+from condtok_mm.conditioning import (BOUNDING_MODES, _bands, _conditioned_grid_streaming, _correction_gram_tall,
                                      condition_number, condition_tokens, token_correction)
 from conftest import random_tokens
 
@@ -21,7 +21,7 @@ def numpy_correction(x, mode, alpha=1.0, target_kappa=2.0):
     return (u * lift) @ vh
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('shape', SHAPES)
 @pytest.mark.parametrize('kappa', KAPPAS)
 def test_bound_holds_float32(mode, shape, kappa):
@@ -33,14 +33,14 @@ def test_bound_holds_float32(mode, shape, kappa):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_bound_holds_at_detection_resolution(mode):
     # Swin-T tokens of an 800x1336 image: N = 200 * 334 = 66800, d = 96
     x = random_tokens(2, 66800, 96, 1e6)
     assert (condition_number(condition_tokens(x, mode=mode)) <= 2 + BOUND_TOL).all()
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('shape', [(3136, 96), (196, 768), (64, 512)])
 def test_matches_numpy_svd_reference(mode, shape):
     # the correction is unique for a full-rank X with distinct singular values
@@ -52,7 +52,7 @@ def test_matches_numpy_svd_reference(mode, shape):
             np.testing.assert_allclose(got[b].numpy(), want, atol=1e-9 * np.abs(want).max())
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_target_kappa_and_alpha(mode):
     x = random_tokens(2, 500, 32, 1e4, dtype=torch.float64)
     assert (condition_number(condition_tokens(x, mode=mode, target_kappa=5.0)) <= 5 * (1 + 1e-6)).all()
@@ -94,7 +94,7 @@ def low_precision_check(x, y, mode):
 LOW_PRECISION_SHAPES = [(3136, 96), (196, 768), (64, 512)]
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('shape', LOW_PRECISION_SHAPES)
 def test_low_precision_output_is_within_the_dtypes_rounding_of_the_bound(mode, dtype, shape):
@@ -120,7 +120,7 @@ def test_low_precision_check_rejects_a_correction_short_of_the_bound(dtype, shap
     assert (error > budget).all() and (kappa > kappa_bound).all(), (error, budget, kappa, kappa_bound)
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_layernormed_tokens_are_rank_deficient_and_get_completed(mode):
     # LayerNorm makes every token zero-mean over channels: X 1 = 0, so X has a null direction
     x = torch.nn.functional.layer_norm(torch.randn(2, 3136, 96), (96, ))
@@ -141,7 +141,7 @@ def test_null_space_completion_falls_back_when_candidates_lie_in_range():
     assert condition_number(y) <= 2 + BOUND_TOL
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize(
     'name, x', [
         ('zeros', torch.zeros(2, 50, 8)),
@@ -179,7 +179,7 @@ def test_non_finite_input_raises_with_location(bad, shape, dtype, method, alpha)
 
 def test_invalid_arguments_list_valid_values():
     x = torch.randn(10, 4)
-    with pytest.raises(ValueError, match="one of \\('sigma_max', 'floor'\\)"):
+    with pytest.raises(ValueError, match="one of \\('sigma_max', 'floor', 'graying'\\)"):
         condition_tokens(x, mode='max')
     with pytest.raises(ValueError, match='> 1'):
         condition_tokens(x, target_kappa=1.0)
@@ -204,7 +204,7 @@ def test_detached_correction_passes_gradient_unchanged():
     assert torch.equal(x.grad, weight)
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_gradient_through_correction_matches_autograd_of_svd(mode):
     x = random_tokens(1, 30, 5, 10, dtype=torch.float64).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: condition_tokens(t, mode=mode, detach=False), (x, ))
@@ -226,7 +226,7 @@ def test_gradient_through_correction_matches_autograd_of_svd(mode):
     torch.testing.assert_close(ours, theirs)
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_gradient_stays_finite_on_rank_deficient_tokens(mode):
     x = torch.nn.functional.layer_norm(torch.randn(2, 300, 16), (16, )).requires_grad_()
     condition_tokens(x, mode=mode, detach=False).square().sum().backward()
@@ -249,7 +249,7 @@ def numpy_ones_complement(d):
     return vh[1:].T
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('shape', [(3136, 96), (40, 64)])
 def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shape):
     # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
@@ -297,7 +297,7 @@ def test_centred_variant_of_a_single_channel_is_the_identity():
     assert torch.equal(condition_tokens(x, centred=True), x)
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('rank', [96, 95, 49, 20])
 def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, rank):
     # the non-null part of X + C is unique; the null part is D_j u_j v_j^T with u_j orthonormal and
@@ -321,7 +321,7 @@ def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, r
     assert condition_number(out) <= 2 + BOUND_TOL
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 def test_wide_non_null_spectrum_with_null_directions_is_completed_with_two_projections(mode):
     x = torch.nn.functional.layer_norm(random_tokens(1, 3000, 32, 1e5, dtype=torch.float64), (32, ))
     out = condition_tokens(x, mode=mode)
@@ -330,7 +330,7 @@ def test_wide_non_null_spectrum_with_null_directions_is_completed_with_two_proje
     np.testing.assert_allclose(abs(float(q.sum())) / np.sqrt(32), 1, rtol=1e-9)
 
 
-@pytest.mark.parametrize('mode', CONDITIONING_MODES)
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('grid', [(60, 50), (3, 1000)])  # 60 rows: row bands; 3 rows < 51 bands: token runs
 def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
     # rank 49 of 96 like Swin-T's patch embedding: 47 null directions, completed on bands

@@ -4,8 +4,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from mmengine.model import BaseModule
 
-from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, condition_token_windows,
-                                     condition_tokens, condition_valid_regions)
+from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, GRAYING_EPSILON,
+                                     condition_token_windows, condition_tokens, condition_valid_regions)
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
@@ -28,8 +28,10 @@ class TokenConditioner(BaseModule):
     pass unchanged, so the correction an image gets does not depend on its batch-mates.
 
     Args:
-        mode (str): 'sigma_max' (the paper's C = s_1 U V^T, all singular values shifted by s_1) or
-            'floor' (only singular values below s_1 / target_kappa are lifted). Default: 'sigma_max'.
+        mode (str): 'sigma_max' (the paper's C = s_1 U V^T, all singular values shifted by s_1),
+            'floor' (only singular values below s_1 / target_kappa are lifted) or 'graying' (Token Graying,
+            arXiv 2505.01996: X -> U (S / s_1)^epsilon V^T, kappa -> kappa^epsilon, no bound; target_kappa
+            unused). Default: 'sigma_max'.
         alpha (float): scale of the correction, >= 0; 1 reaches the bound. Default: 1.0.
         target_kappa (float): the bound on kappa, > 1. Default: 2.0.
         detach (bool): treat C as a constant in backward (the paper is silent; we default to the cheaper,
@@ -52,6 +54,8 @@ class TokenConditioner(BaseModule):
             that the first attention block multiplies, i.e. its norm1 output (per window where the block
             is windowed), leaving the residual stream and the token scale untouched; it bounds kappa of
             what attention sees. Default: 'embedding'.
+        epsilon (float): Token Graying's strength, 0 < epsilon <= 1 (smaller is stronger; 1 only rescales
+            s_1 to 1), ``mode='graying'`` only. Default: 0.95 (the authors' default).
         init_cfg (dict, optional): unused (no parameters); kept for the BaseModule interface.
     """
 
@@ -66,6 +70,7 @@ class TokenConditioner(BaseModule):
                  shift_size: int = 0,
                  centred: bool = False,
                  position: str = 'embedding',
+                 epsilon: float = GRAYING_EPSILON,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if mode not in CONDITIONING_MODES:
@@ -81,6 +86,9 @@ class TokenConditioner(BaseModule):
                 or not target_kappa > 1:
             raise ValueError(f'TokenConditioner: target_kappa={target_kappa!r} is invalid; use a number '
                              '> 1 (the paper uses 2.0)')
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= 1:
+            raise ValueError(f'TokenConditioner: epsilon={epsilon!r} is invalid; use a number in (0, 1] '
+                             f"(mode='graying': kappa -> kappa^epsilon; the authors use {GRAYING_EPSILON})")
         if not isinstance(detach, bool):
             raise ValueError(f'TokenConditioner: detach={detach!r} is invalid; use True or False')
         if not isinstance(centred, bool):
@@ -112,6 +120,7 @@ class TokenConditioner(BaseModule):
         self.shift_size = shift_size
         self.centred = centred
         self.position = position
+        self.epsilon = float(epsilon)
         # Set by the owning backbone so that errors name the place, e.g. 'CondSwinTransformer stage 0'.
         self.location = type(self).__name__
 
@@ -141,7 +150,7 @@ class TokenConditioner(BaseModule):
                 '(conditioning=None, the config without -condtok), which is a different model from this trained '
                 'one.')
         options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa, detach=self.detach,
-                       method=self.method, where=self.location, centred=self.centred)
+                       method=self.method, where=self.location, centred=self.centred, epsilon=self.epsilon)
         window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}
         if hw_shape is None:
             if self.scope == 'window':
@@ -170,7 +179,8 @@ class TokenConditioner(BaseModule):
                   if self.scope == 'window' else '')
         return (f'mode={self.mode!r}, alpha={self.alpha}, target_kappa={self.target_kappa}, '
                 f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}, '
-                f'centred={self.centred}, position={self.position!r}')
+                f'centred={self.centred}, position={self.position!r}'
+                + (f', epsilon={self.epsilon}' if self.mode == 'graying' else ''))
 
 
 def build_token_conditioner(cfg: dict, location: str,
