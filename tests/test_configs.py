@@ -1,5 +1,6 @@
 import glob
 import os.path as osp
+import re
 import subprocess
 import sys
 
@@ -10,21 +11,23 @@ from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
 from conftest import REPO_ROOT
-from condtok_mm.models import TokenConditioner
+from condtok_mm.models import SpectralAttentionBackbone, TokenConditioner
 from condtok_mm.utils import fall_back_from_amp_on_cpu
 
+
+def rel(path):
+    return osp.relpath(path, REPO_ROOT)
+
+
+# configs/suites/ holds suites for tools/benchmark/run_suite.py (lists of configs), not model configs
 CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
-                 if '_base_' not in p)
+                 if '_base_' not in p and not rel(p).startswith('configs/suites/'))
 # Conditioned configs that vary another conditioned config instead of having a baseline twin: each inherits
 # the first and changes only the keys given (the ablations of tools/benchmark/convergence.py).
 CONDITIONING_VARIANTS = {
     'configs/demo/mask-rcnn_swin-mini-condtok-floor_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py', {'model.backbone.conditioning.mode': 'floor'}),
 }
-
-
-def rel(path):
-    return osp.relpath(path, REPO_ROOT)
 
 
 CONDITIONED = [p for p in CONFIGS if 'condtok' in osp.basename(p) and osp.basename(p) != 'mask-rcnn_condtok.py'
@@ -51,9 +54,10 @@ def flatten(cfg, prefix=''):
 
 
 def unwrapped(flat, base):
-    """A CondTokBackbone config seen as its baseline with the wrapper's own keys: checks that the wrapped
-    backbone is exactly the baseline's backbone, then puts the baseline's backbone keys in its place."""
-    if flat.get('model.backbone.type') != 'CondTokBackbone':
+    """A CondTokBackbone or SpectralAttentionBackbone config seen as its baseline with the wrapper's own keys:
+    checks that the wrapped backbone is exactly the baseline's backbone, then puts the baseline's backbone keys
+    in its place."""
+    if flat.get('model.backbone.type') not in ('CondTokBackbone', 'SpectralAttentionBackbone'):
         return flat
     prefix = 'model.backbone.backbone.'
     inner = {'model.backbone.' + k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
@@ -84,6 +88,42 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
                        where} | padded
     if padded:
         assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
+
+
+# The comparison methods of issue 12, each config beside the baseline twin it differs from in the method's lines
+# only: spectral conditioning of attention (a wrapper with lambda) and Token Graying (the conditioner's mode).
+METHOD_CONFIGS = [p for p in CONFIGS if re.search(r'-(spectral|graying)_', osp.basename(p))]
+
+
+def test_every_model_family_has_both_methods():
+    families = ('swin/mask-rcnn_swin-t', 'vitdet/mask-rcnn_vit-b', 'xcit/mask-rcnn_xcit-s12', 'xcit/mask-rcnn_xcit-m24',
+                'demo/mask-rcnn_swin-mini', 'demo/mask-rcnn_vit-mini')
+    for family in families:
+        for method in ('spectral', 'graying'):
+            assert [p for p in METHOD_CONFIGS if rel(p).startswith(f'configs/{family}') and f'-{method}_' in p], \
+                (family, method)
+
+
+@pytest.mark.parametrize('path', METHOD_CONFIGS, ids=rel)
+def test_method_config_differs_from_its_baseline_twin_only_in_the_method(path):
+    method = re.search(r'-(spectral|graying)_', osp.basename(path)).group(1)
+    twin = path.replace(f'-{method}_', '_')
+    assert osp.exists(twin), f'{rel(path)} has no baseline twin {rel(twin)}'
+    base = flatten(Config.fromfile(twin).to_dict())
+    ours = unwrapped(flatten(Config.fromfile(path).to_dict()), base)
+    changed = {k for k in ours.keys() | base.keys() if ours.get(k, object()) != base.get(k, object())}
+    if method == 'spectral':  # padding does not matter to W + lambda I
+        assert changed == {'model.backbone.type', 'model.backbone.lam'}
+        assert (ours['model.backbone.type'], ours['model.backbone.lam']) == ('SpectralAttentionBackbone', 10.0)
+        return
+    where = {'CondSwinTransformer': 'model.backbone.condition_stages',
+             'CondViT': 'model.backbone.condition_after_pos_embed',
+             'CondTokBackbone': 'model.backbone.targets'}[ours['model.backbone.type']]
+    assert changed == {'model.backbone.type', 'model.backbone.conditioning.type', 'model.backbone.conditioning.mode',
+                       'model.backbone.conditioning.epsilon', 'model.backbone.conditioning.detach', where,
+                       'model.data_preprocessor.type'}
+    assert (ours['model.backbone.conditioning.mode'], ours['model.backbone.conditioning.epsilon']) == ('graying', 0.95)
+    assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
 
 
 @pytest.mark.parametrize('path', sorted(CONDITIONING_VARIANTS))
@@ -147,7 +187,8 @@ def test_config_builds_its_runner_and_scales_the_lr_from_its_base_batch_size(pat
     # data is not read: nothing is downloaded and COCO need not be here
     runner = Runner.from_cfg(cfg)
     conditioners = [m for m in runner.model.backbone.modules() if isinstance(m, TokenConditioner)]
-    assert bool(conditioners) == ('condtok' in osp.basename(path))
+    assert bool(conditioners) == ('condtok' in osp.basename(path) or '-graying_' in osp.basename(path))
+    assert isinstance(runner.model.backbone, SpectralAttentionBackbone) == ('-spectral_' in osp.basename(path))
     optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
     config_lrs = [group['lr'] for group in optim_wrapper.param_groups]
     runner.scale_lr(optim_wrapper, runner.auto_scale_lr)  # as Runner.train does
