@@ -53,3 +53,28 @@ def test_overhead_benchmark_times_both_twins_and_checks_the_conditioner(tmp_path
     assert (tmp_path / 'overhead.png').read_bytes()[:4] == b'\x89PNG'
     assert 'swin-t    train' in result.stdout and 'machine:' in result.stdout
     assert 'paramwise_options' not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_overhead_benchmark_puts_the_comparison_methods_side_by_side(tmp_path):
+    """--methods: spectral conditioning and Token Graying timed in the same interleaved rounds as the twins."""
+    result = subprocess.run(
+        [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'overhead.py'), '--models', 'swin-t',
+         '--methods', 'spectral', 'graying', '--size', '64', '96', '--repeats', '1', '--conditioner-repeats', '1',
+         '--device', 'cpu', '--skip-memory', '--out-dir', str(tmp_path)],
+        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    swin = json.load(open(tmp_path / 'overhead.json'))['results']['swin-t']
+    assert list(swin['methods']) == ['conditioned', 'spectral', 'graying']
+    for method, measured in swin['methods'].items():
+        assert measured['train']['config'] == f'configs/swin/mask-rcnn_swin-t-p4-w7-{method}_fpn_1x_coco.py'.replace(
+            '-conditioned_', '-condtok_')
+        for phase in ('train', 'inference'):
+            (seconds, ) = swin['times'][phase][method]
+            assert measured[phase]['seconds'] == seconds
+            assert measured[phase]['overhead_percent'] == pytest.approx(
+                100 * (seconds / swin[phase]['baseline_s'] - 1))
+    # graying has a conditioner of its own, timed alone; spectral has none (nothing to time: no extra pass)
+    assert swin['methods']['graying']['conditioner']['seconds'] > 0
+    assert 'conditioner' not in swin['methods']['spectral']
+    assert 'swin-t    spectral' in result.stdout and 'swin-t    graying' in result.stdout

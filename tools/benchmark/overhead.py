@@ -1,7 +1,7 @@
 """Cost of the conditioning: training-step and inference time and peak memory, baseline vs conditioned twin.
 
-    python tools/benchmark/overhead.py [--models swin-t vitdet-b] [--batch 1] [--repeats 3]
-                                       [--device cpu|cuda] [--out-dir work_dirs/benchmark/overhead]
+    python tools/benchmark/overhead.py [--models swin-t vitdet-b] [--methods spectral graying] [--batch 1]
+                                       [--repeats 3] [--device cpu|cuda] [--out-dir work_dirs/benchmark/overhead]
 
 For each model, the baseline config and its conditioned twin are built in one process with the same
 random weights (pretrained init_cfg dropped: nothing is downloaded) and the config's own optimizer wrapper,
@@ -24,6 +24,11 @@ on those valid tokens (the d x d Gram matrix and X times a d x d matrix), and wi
 ``torch.linalg.svd`` implementation of the same correction (C = s_1/(t-1) U V^T in the tokens' dtype; for
 the configs' mode='sigma_max', scope='image' conditioners), and checks kappa(X + C) <= target_kappa on the
 valid tokens.
+
+With ``--methods spectral graying`` the comparison methods of issue 12 are measured side by side, as more
+variants of the same interleaved rounds (same weights, same batch): spectral conditioning of attention
+(``-spectral`` configs, W_Q, W_K, W_V + lambda I in the forward) and Token Graying (``-graying`` configs, the
+conditioner in mode 'graying', whose conditioner is also timed alone).
 
 Goals: step-time overhead <= 1 % for Swin-T, <= 2 % for ViTDet-B; <= 1 % extra peak memory (issue 7); the
 conditioner within 1.5x its float64 floor (issue 15).
@@ -62,15 +67,21 @@ MODEL_PAIRS = {
     'swin-t': dict(
         baseline='configs/swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
         conditioned='configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
+        spectral='configs/swin/mask-rcnn_swin-t-p4-w7-spectral_fpn_1x_coco.py',
+        graying='configs/swin/mask-rcnn_swin-t-p4-w7-graying_fpn_1x_coco.py',
         size=(800, 1333), step_goal=1.0),
     'vitdet-b': dict(
         baseline='configs/vitdet/mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py',
         conditioned='configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py',
+        spectral='configs/vitdet/mask-rcnn_vit-b-vitdet-spectral_simple-fpn_lsj-100e_coco.py',
+        graying='configs/vitdet/mask-rcnn_vit-b-vitdet-graying_simple-fpn_lsj-100e_coco.py',
         size=(1024, 1024), step_goal=2.0),
 }
 MEMORY_GOAL = 1.0  # % extra peak memory
 FLOOR_GOAL = 1.5  # the conditioner's time / its two float64 products (issue 15)
 VARIANTS = ('baseline', 'conditioned')
+# The comparison methods (issue 12) that --methods adds beside the conditioned twin; each a config of every pair.
+METHODS = ('spectral', 'graying')
 OBJECTS_PER_IMAGE = 8
 
 
@@ -78,6 +89,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Time and memory of baseline vs conditioned detectors')
     parser.add_argument('--models', nargs='+', default=list(MODEL_PAIRS), choices=list(MODEL_PAIRS),
                         help='which model pairs to measure')
+    parser.add_argument('--methods', nargs='*', default=[], choices=METHODS,
+                        help='comparison methods measured beside the conditioned twin (default: none)')
     parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
                         help='image size for every model (default: 800x1333 Swin-T, 1024x1024 ViTDet-B)')
     parser.add_argument('--batch', type=int, default=1, help='images per step')
@@ -132,8 +145,11 @@ def inference(model, data):
 
 def capture_conditioner_input(model, run):
     """The first TokenConditioner of ``model`` and the arguments (tokens, hw_shape, valid_shapes) it receives
-    while ``run()`` executes."""
-    conditioner = next(m for m in model.modules() if isinstance(m, TokenConditioner))
+    while ``run()`` executes; (None, None) for a model without one (after running)."""
+    conditioner = next((m for m in model.modules() if isinstance(m, TokenConditioner)), None)
+    if conditioner is None:
+        run()
+        return None, None
     captured = []
     handle = conditioner.register_forward_hook(
         lambda module, args, kwargs, output: captured.append((args, kwargs)), with_kwargs=True)
@@ -234,23 +250,27 @@ def peak_memory(config, size, batch, device):
 
 def measure_pair(name, pair, args):
     size = tuple(args.size or pair['size'])
+    variants = VARIANTS + tuple(args.methods)
     torch.manual_seed(0)
     models = {}
-    for variant in VARIANTS:
+    for variant in variants:
         models[variant] = build(pair[variant], args.device)
-    # Same weights for both; the conditioning adds no parameters, so the keys match.
-    models['conditioned'][0].load_state_dict(models['baseline'][0].state_dict())
+    # Same weights for all; no method adds parameters or state-dict keys, so the keys match.
+    for variant in variants[1:]:
+        models[variant][0].load_state_dict(models['baseline'][0].state_dict())
     data = synthetic_batch(size, args.batch, args.device)
 
-    conditioner, conditioner_call = capture_conditioner_input(
-        models['conditioned'][0], lambda: train_step(*models['conditioned'], data))  # doubles as warm-up
-    train_step(*models['baseline'], data)
-    for variant in VARIANTS:
+    conditioners = {}  # the conditioner of each variant that has one, with the call it received
+    for variant in variants:  # the first training step of each doubles as its warm-up
+        conditioners[variant] = capture_conditioner_input(models[variant][0],
+                                                          lambda: train_step(*models[variant], data))
+    conditioner, conditioner_call = conditioners['conditioned']
+    for variant in variants:
         inference(models[variant][0], data)
 
-    times = {phase: {variant: [] for variant in VARIANTS} for phase in ('train', 'inference')}
+    times = {phase: {variant: [] for variant in variants} for phase in ('train', 'inference')}
     for round_index in tqdm(range(args.repeats), desc=f'{name}: timing steps'):
-        order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
+        order = variants if round_index % 2 == 0 else variants[::-1]
         for variant in order:
             model, optim_wrapper = models[variant]
             times['train'][variant].append(timed(lambda: train_step(model, optim_wrapper, data), args.device)[0])
@@ -261,6 +281,11 @@ def measure_pair(name, pair, args):
     for phase, per_variant in times.items():
         base, cond = (statistics.median(per_variant[v]) for v in VARIANTS)
         result[phase] = dict(baseline_s=base, conditioned_s=cond, overhead_percent=100 * (cond / base - 1))
+    # every method against the baseline, the conditioned twin included, for the side-by-side table
+    result['methods'] = {variant: {phase: dict(config=pair[variant], seconds=statistics.median(per_variant[variant]),
+                                               overhead_percent=100 * (statistics.median(per_variant[variant])
+                                                                       / result[phase]['baseline_s'] - 1))
+                                   for phase, per_variant in times.items()} for variant in variants[1:]}
     tokens = conditioner_call['tokens']
     result['conditioner'] = dict(tokens_shape=list(tokens.shape), dtype=str(tokens.dtype),
                                  valid_shapes=conditioner_call.get('valid_shapes'),
@@ -269,15 +294,24 @@ def measure_pair(name, pair, args):
     # The conditioner's own time against the step: a low-noise estimate of the train-step overhead.
     result['conditioner']['percent_of_baseline_train_step'] = (
         100 * result['conditioner']['conditioner']['seconds'] / result['train']['baseline_s'])
-    del models, tokens, conditioner, conditioner_call
+    if 'graying' in variants:
+        graying, graying_call = conditioners['graying']
+        result['methods']['graying']['conditioner'] = dict(time_conditioner(
+            graying, graying_call, args.device, args.conditioner_repeats)['conditioner'])
+    del models, tokens, conditioner, conditioner_call, conditioners
 
     if not args.skip_memory:
         memory = {v: peak_memory(pair[v], size, args.batch, args.device) for v in
-                  tqdm(VARIANTS, desc=f'{name}: peak memory (one process each)')}
+                  tqdm(variants, desc=f'{name}: peak memory (one process each)')}
         base, cond = memory['baseline']['peaks'], memory['conditioned']['peaks']
         result['memory'] = dict(kind=memory['baseline']['kind'], peaks={
             phase: dict(baseline_bytes=base[phase], conditioned_bytes=cond[phase],
                         overhead_percent=100 * (cond[phase] / base[phase] - 1)) for phase in base})
+        for variant in variants[1:]:
+            peaks = memory[variant]['peaks']
+            result['methods'][variant]['memory'] = {
+                phase: dict(bytes=peaks[phase], overhead_percent=100 * (peaks[phase] / base[phase] - 1))
+                for phase in base}
     return result
 
 
@@ -311,6 +345,23 @@ def print_tables(results, machine):
                       if 'kappa_after_max' in c[impl] else f'{"":>13} {"":>12}')
             print(f'{name:<9} {str(tuple(c["tokens_shape"])):<22} {impl:<30} {1000 * c[impl]["seconds"]:>7.1f} ms '
                   f'{kappas}  {note}')
+    if any(len(r['methods']) > 1 for r in results.values()):
+        print_methods(results)
+
+
+def print_methods(results):
+    """The methods side by side: each one's overhead over the baseline in every phase."""
+    print(f'\n{"model":<9} {"method":<12} {"train":>16} {"inference":>16} {"peak memory":>12} {"conditioner":>12}')
+    for name, r in results.items():
+        for method, m in r['methods'].items():
+            memory = m.get('memory', {})
+            peak = max((p['overhead_percent'] for p in memory.values()), default=None)
+            alone = (r['conditioner']['conditioner'] if method == 'conditioned' else m.get('conditioner'))
+            print(f'{name:<9} {method:<12} '
+                  + ''.join(f'{1000 * m[phase]["seconds"]:>7.0f} ms {m[phase]["overhead_percent"]:>+6.1f}%'
+                            for phase in ('train', 'inference'))
+                  + (f' {peak:>+11.2f}%' if peak is not None else f' {"—":>12}')
+                  + (f' {1000 * alone["seconds"]:>9.1f} ms' if alone else f' {"none":>12}'))
 
 
 def plot(results, path):
