@@ -10,7 +10,7 @@ import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
 from conftest import REPO_ROOT
 
-SUITE_KEYS = {'reference', 'seeds', 'lrs', 'lr_key', 'metric', 'cfg_options', 'variants'}
+SUITE_KEYS = {'reference', 'seeds', 'lrs', 'lr_key', 'metric', 'cfg_options', 'variants', 'description'}
 FAMILIES = {'swin': ('configs/demo/mask-rcnn_swin-mini', '_fpn_12e_shapes.py'),
             'vitdet': ('configs/demo/mask-rcnn_vit-mini-vitdet', '_simple-fpn_12e_shapes.py')}
 SUITES = [f'configs/suites/demo_{kind}_{family}.py' for kind in ('methods', 'dose') for family in FAMILIES]

@@ -5,13 +5,12 @@
 #   spectral conditioning of attention: lambda 1, 3, 10 (the paper), 30 (stronger as it grows)
 #   Token Graying: epsilon 0.3, 0.6, 0.8, 0.95 (the authors' default; stronger as it falls, kappa -> kappa^eps;
 #   their sweep peaks at 0.6-0.7)
-# The seeds, learning rates and schedule are placeholders until they are aligned with the controls study's.
+# The demo study's seeds, learning rates and 4-epoch schedule, shared with the controls suites.
+_base_ = ['./_base_/demo_4e.py']
+description = ('Demo Swin Mask R-CNN (configs/demo/, data/shapes): dose-response of conditioned tokens '
+               '(target kappa), spectral conditioning (lambda) and Token Graying (epsilon) at the '
+               "baseline's best learning rate.")
 reference = 'baseline'
-seeds = [0, 1, 2]
-lrs = [2.5e-4, 5e-4, 1e-3, 2e-3]
-lr_key = 'optim_wrapper.optimizer.lr'
-metric = 'coco/bbox_mAP'
-cfg_options = {}  # the demo configs' own 12-epoch schedule
 variants = dict(
     baseline=dict(config='configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py', description='no conditioning'),
     condtok_k2=dict(
