@@ -12,10 +12,9 @@ DEMO_DATA ?= data/shapes/
 BENCH_DIR ?= work_dirs/benchmark
 # Sized so that `make bench` fits 2 CPU cores in an hour; README "Results" gives the full-size commands.
 BENCH_EVAL_IMAGES ?= 1000
-BENCH_EPOCHS ?= 6
 GPU_CHECK_DIR ?= work_dirs/gpu_check
 
-.PHONY: install demo bench test test-quick gpu-check clean-demo
+.PHONY: install demo bench study test test-quick gpu-check clean-demo
 
 # The install script is idempotent (a stamp plus a check that mmcv.ops loads); a second run takes seconds.
 install:
@@ -40,8 +39,15 @@ bench: install
 	$(PY) tools/benchmark/hook_overhead.py --size 800 1344 --batch 2 --repeats 3 --out-dir $(BENCH_DIR)/hook_overhead
 	$(PY) tools/benchmark/window_conditioning.py --out-dir $(BENCH_DIR)/window_conditioning
 	$(PY) tools/benchmark/eval_speed.py --num-images $(BENCH_EVAL_IMAGES) --out-dir $(BENCH_DIR)/eval_speed
-	$(PY) tools/benchmark/convergence.py --epochs $(BENCH_EPOCHS) --data-root $(DEMO_DATA) \
-		--out-dir $(BENCH_DIR)/convergence
+
+# The demo studies (configs/suites/): every variant x learning rate x seed trained and tested, 2 cells at a
+# time (about 1.5 hours for each controls suite on 2 CPU cores); tables and plots under $(BENCH_DIR)/<suite>.
+study: install
+	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
+	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_swin.py --jobs 2 --resume \
+		--out-dir $(BENCH_DIR)/demo_controls_swin
+	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2 --resume \
+		--out-dir $(BENCH_DIR)/demo_controls_vitdet
 
 test: install
 	$(PY) -m pytest tests

@@ -60,6 +60,14 @@ Householder reflection H (H 1/sqrt(d) = e_1, Q = H[:, 1:]), so X Q and C_Y Q^T c
 ones vector is X's only null direction (a LayerNorm'd patch embedding with at least as many pixel values
 per patch as channels), Y has full rank and nothing needs completing.
 
+Token-scale controls (:func:`match_token_scale`): the correction also makes the tokens bigger, by
+r = ||X + C||_F / ||X||_F per image (4-5 for ``sigma_max`` on LayerNorm'd patch embeddings), which by itself
+shrinks every block's residual update relative to the stream. Two parameter-free controls separate the two
+effects: ``'scale_matched'`` returns r X (the conditioned model's token scale, kappa unchanged; the next
+LayerNorm is scale invariant, so the first attention sees what the baseline's sees) and ``'norm_matched'``
+returns (X + C) / r (kappa(X + C) <= t at the baseline's token scale; the first attention sees what the
+conditioned model's sees). r is a constant in backward.
+
 Per-window conditioning (:func:`condition_token_windows`) applies the same construction to the token matrix
 of each attention window of a windowed-attention backbone (Swin, ViTDet) instead of the whole image.
 """
@@ -71,12 +79,14 @@ import torch
 
 __all__ = ['condition_tokens', 'condition_token_windows', 'condition_valid_regions', 'condition_number',
            'token_correction', 'write_conditioned', 'token_windows', 'channel_mean_complement',
-           'BOUNDING_MODES', 'CONDITIONING_MODES', 'CONDITIONING_METHODS', 'GRAYING_EPSILON']
+           'match_token_scale', 'BOUNDING_MODES', 'CONDITIONING_MODES', 'CONDITIONING_METHODS', 'GRAYING_EPSILON',
+           'TOKEN_SCALE_CONTROLS']
 
 # Modes that bound kappa(X + C) <= target_kappa; 'graying' raises small singular values without a bound.
 BOUNDING_MODES = ('sigma_max', 'floor')
 CONDITIONING_MODES = BOUNDING_MODES + ('graying', )
 CONDITIONING_METHODS = ('gram', 'svd')
+TOKEN_SCALE_CONTROLS = ('scale_matched', 'norm_matched')
 
 # Singular values below RANK_RTOL * s_1 are treated as null directions on the Gram path. The eigenvalues
 # of a float64 Gram matrix carry an absolute error of about eps * N * s_1^2, so singular values below
@@ -556,6 +566,49 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int
                                                   shift_size, detach=detach, **kwargs).view(1, h, w, channels)
         out[image:image + 1, :h, :w] = conditioned
     return out
+
+
+def match_token_scale(x: torch.Tensor, conditioned: torch.Tensor, control: str,
+                      valid_shapes: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+    """Token-scale control of the conditioning: r X (``'scale_matched'``) or (X + C) / r (``'norm_matched'``),
+    with r = ||X + C||_F / ||X||_F of each image, computed in float64 and constant in backward.
+
+    Args:
+        x (Tensor): the tokens before conditioning, (B, N, d) or grids (B, H, W, d).
+        conditioned (Tensor): X + C, same shape (from :func:`condition_tokens` or
+            :func:`condition_valid_regions`).
+        control (str): 'scale_matched' or 'norm_matched'.
+        valid_shapes (Sequence[tuple[int, int]], optional): per image, the (h, w) of its valid tokens in a grid
+            input: r is taken over them and only they are changed (the padding passes unchanged, as the
+            conditioning leaves it). None: every token of the image. Default: None.
+
+    Returns:
+        Tensor: same shape and dtype as ``x``. An image whose X is zero gets r = 1 (X + C = X = 0).
+    """
+    if control not in TOKEN_SCALE_CONTROLS:
+        raise ValueError(f'token-scale control must be one of {TOKEN_SCALE_CONTROLS}, got {control!r}')
+    if conditioned.shape != x.shape:
+        raise ValueError(f'match_token_scale: tokens {tuple(x.shape)} and conditioned tokens '
+                         f'{tuple(conditioned.shape)} differ in shape')
+    if valid_shapes is not None and x.dim() != 4:
+        raise ValueError(f'match_token_scale: valid_shapes needs token grids (B, H, W, d), got {tuple(x.shape)}')
+    batch = x.shape[0]
+    with torch.no_grad():
+        scale = torch.ones((batch, ) + (1, ) * (x.dim() - 1), dtype=torch.float64, device=x.device)
+        if valid_shapes is None:
+            scale = scale.expand((batch, ) + x.shape[1:-1] + (1, )).clone()
+            regions = [(image, (slice(None), ) * (x.dim() - 2)) for image in range(batch)]
+        else:
+            scale = scale.expand(x.shape[:-1] + (1, )).clone()
+            regions = [(image, (slice(0, h), slice(0, w))) for image, (h, w) in enumerate(valid_shapes)]
+        for image, region in regions:
+            tokens_norm = torch.linalg.vector_norm(x[image][region].double())
+            if tokens_norm > 0:
+                ratio = torch.linalg.vector_norm(conditioned[image][region].double()) / tokens_norm
+                scale[image][region] = ratio
+        scale = scale.to(x.dtype)
+    # the scale is a constant: gradients are r I (scale-matched) or those of X + C times 1 / r (norm-matched)
+    return x * scale if control == 'scale_matched' else conditioned / scale
 
 
 class _ConstantCorrection(torch.autograd.Function):

@@ -21,9 +21,9 @@ def rel(path):
 
 # configs/suites/ holds suites for tools/benchmark/run_suite.py (lists of configs), not model configs
 CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
-                 if '_base_' not in p and not rel(p).startswith('configs/suites/'))
+                 if '_base_' not in p and osp.join('configs', 'suites') not in p)  # suites: run_suite.py's
 # Conditioned configs that vary another conditioned config instead of having a baseline twin: each inherits
-# the first and changes only the keys given (the ablations of tools/benchmark/convergence.py).
+# the first and changes only the keys given (ablations for the suites of tools/benchmark/run_suite.py).
 CONDITIONING_VARIANTS = {
     'configs/demo/mask-rcnn_swin-mini-condtok-floor_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py', {'model.backbone.conditioning.mode': 'floor'}),

@@ -5,7 +5,8 @@ import torch
 from mmengine.model import BaseModule
 
 from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, GRAYING_EPSILON,
-                                     condition_token_windows, condition_tokens, condition_valid_regions)
+                                     TOKEN_SCALE_CONTROLS, condition_token_windows, condition_tokens,
+                                     condition_valid_regions, match_token_scale)
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
@@ -56,6 +57,11 @@ class TokenConditioner(BaseModule):
             what attention sees. Default: 'embedding'.
         epsilon (float): Token Graying's strength, 0 < epsilon <= 1 (smaller is stronger; 1 only rescales
             s_1 to 1), ``mode='graying'`` only. Default: 0.95 (the authors' default).
+        control (str, optional): a token-scale control for studies that separate conditioning from the
+            token scale it brings (see :func:`condtok_mm.conditioning.match_token_scale`; r = ||X + C||_F /
+            ||X||_F per image, over its valid tokens, constant in backward). 'scale_matched': output r X
+            (the conditioned model's token scale, X's kappa). 'norm_matched': output (X + C) / r (kappa <=
+            target_kappa at X's scale). None: X + C, the method itself. Default: None.
         init_cfg (dict, optional): unused (no parameters); kept for the BaseModule interface.
     """
 
@@ -71,6 +77,7 @@ class TokenConditioner(BaseModule):
                  centred: bool = False,
                  position: str = 'embedding',
                  epsilon: float = GRAYING_EPSILON,
+                 control: Optional[str] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if mode not in CONDITIONING_MODES:
@@ -96,6 +103,9 @@ class TokenConditioner(BaseModule):
         if position not in CONDITIONING_POSITIONS:
             raise ValueError(f'TokenConditioner: position={position!r} is not supported; valid positions are '
                              f'{", ".join(CONDITIONING_POSITIONS)}')
+        if control is not None and control not in TOKEN_SCALE_CONTROLS:
+            raise ValueError(f'TokenConditioner: control={control!r} is not supported; use None (the method) or '
+                             f'one of {", ".join(TOKEN_SCALE_CONTROLS)}')
         if scope not in CONDITIONING_SCOPES:
             raise ValueError(f'TokenConditioner: scope={scope!r} is not supported; valid scopes are '
                              f'{", ".join(CONDITIONING_SCOPES)}')
@@ -121,6 +131,7 @@ class TokenConditioner(BaseModule):
         self.centred = centred
         self.position = position
         self.epsilon = float(epsilon)
+        self.control = control
         # Set by the owning backbone so that errors name the place, e.g. 'CondSwinTransformer stage 0'.
         self.location = type(self).__name__
 
@@ -159,27 +170,34 @@ class TokenConditioner(BaseModule):
             if valid_shapes is not None:
                 raise ValueError(f'{self.location}: valid_shapes needs the token grid: call '
                                  'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
-            return condition_tokens(tokens, **options)
+            return self._control(tokens, condition_tokens(tokens, **options))
         batch, num_tokens, channels = tokens.shape
         if valid_shapes is not None and len(valid_shapes) != batch:
             raise ValueError(f'{self.location}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
         if self.scope == 'window' and valid_shapes is None:
-            return condition_token_windows(tokens, hw_shape, **window, **options)
+            return self._control(tokens, condition_token_windows(tokens, hw_shape, **window, **options))
         height, width = hw_shape
         if height * width != num_tokens:
             raise ValueError(f'{self.location}: {num_tokens} tokens do not fill the grid hw_shape='
                              f'{tuple(hw_shape)} ({height} x {width} = {height * width})')
         grid = tokens.reshape(batch, height, width, channels)
         if valid_shapes is None:
-            return condition_tokens(grid, **options).view(tokens.shape)
-        return condition_valid_regions(grid, valid_shapes, **window, **options).view(tokens.shape)
+            return self._control(tokens, condition_tokens(grid, **options).view(tokens.shape))
+        conditioned = condition_valid_regions(grid, valid_shapes, **window, **options)
+        if self.control is None:
+            return conditioned.view(tokens.shape)
+        return match_token_scale(grid, conditioned, self.control, valid_shapes).view(tokens.shape)
+
+    def _control(self, tokens: torch.Tensor, conditioned: torch.Tensor) -> torch.Tensor:
+        """The output for every token valid: X + C, or its token-scale control."""
+        return conditioned if self.control is None else match_token_scale(tokens, conditioned, self.control)
 
     def extra_repr(self) -> str:
         window = (f', window_size={self.window_size}, shift_size={self.shift_size}'
                   if self.scope == 'window' else '')
         return (f'mode={self.mode!r}, alpha={self.alpha}, target_kappa={self.target_kappa}, '
                 f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}, '
-                f'centred={self.centred}, position={self.position!r}'
+                f'centred={self.centred}, position={self.position!r}, control={self.control!r}'
                 + (f', epsilon={self.epsilon}' if self.mode == 'graying' else ''))
 
 

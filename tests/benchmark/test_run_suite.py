@@ -1,0 +1,344 @@
+"""tools/benchmark/run_suite.py: suite files, the commands of each launcher, the gathered statistics, and
+end-to-end runs (local, SLURM through the stand-in srun, resume of a killed cell)."""
+import importlib.util
+import json
+import os
+import os.path as osp
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import REPO_ROOT, data_options, free_port
+
+SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
+FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')
+BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
+CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
+QUICK = {'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
+         'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
+         'test_dataloader.num_workers': 0, 'test_dataloader.persistent_workers': False,
+         'default_hooks.logger.interval': 1, 'custom_hooks.0.interval': 2}
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location('run_suite', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_suite = load_script()
+
+
+def write_suite(path, variants, seeds=(0, 1), lrs=(1e-3, 2e-3), cfg_options=None, reference='baseline'):
+    path.write_text(f'reference = {reference!r}\nseeds = {list(seeds)!r}\nlrs = {list(lrs)!r}\n'
+                    f'cfg_options = {cfg_options or {}!r}\nvariants = {variants!r}\n')
+    return str(path)
+
+
+def suite_options(shapes_root, epochs):
+    """The test cells' data and schedule, as a suite's cfg_options (the demo's 12-epoch decays dropped)."""
+    options = dict(option.split('=', 1) for option in data_options(shapes_root, epochs)
+                   if not option.startswith('randomness.seed'))
+    return {**options, **QUICK, 'param_scheduler.1.milestones': [epochs + 1], 'param_scheduler.0.end': 2}
+
+
+def run_script(*args, env=None):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=REPO_ROOT,
+                          timeout=900, env=env)
+
+
+# ---------------------------------------------------------------- suite files and commands (fast)
+
+def test_every_cell_gets_its_seed_rate_and_options_in_order(tmp_path):
+    suite = run_suite.load_suite(write_suite(tmp_path / 's.py', dict(
+        baseline=dict(config=BASELINE),
+        scaled=dict(config=CONDITIONED, cfg_options={'model.backbone.conditioning.control': 'scale_matched'},
+                    lrs=[5e-4])), cfg_options={'train_cfg.max_epochs': 2, 'param_scheduler.1.milestones': [1]}))
+    args = run_suite.parse_args([suite['path'], '--out-dir', str(tmp_path / 'out'), '--cfg-options', 'a.b=1'])
+    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
+    # seed-major: a study cut short keeps whole seeds
+    assert [(c['seed'], c['variant'], c['lr']) for c in cells] == [
+        (0, 'baseline', 1e-3), (0, 'baseline', 2e-3), (0, 'scaled', 5e-4),
+        (1, 'baseline', 1e-3), (1, 'baseline', 2e-3), (1, 'scaled', 5e-4)]
+    scaled = cells[5]
+    assert scaled['work_dir'] == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1')
+    # seed and rate first, then the suite's, the variant's and the command line's options (the last wins)
+    assert scaled['options'] == ['randomness.seed=1', 'optim_wrapper.optimizer.lr=0.0005', 'train_cfg.max_epochs=2',
+                                 'param_scheduler.1.milestones=[1]',
+                                 'model.backbone.conditioning.control=scale_matched', 'a.b=1']
+    assert scaled['checkpoint'] == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1' / 'epoch_2.pth')
+
+
+def launch(tmp_path, launcher, *extra):
+    suite = run_suite.load_suite(write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[3],
+                                             lrs=[1e-3], cfg_options={'train_cfg.max_epochs': 1}))
+    args = run_suite.parse_args([suite['path'], '--out-dir', str(tmp_path / 'out'), '--launcher', launcher,
+                                 '--jobs', '2', *extra])
+    cell, = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
+    return cell, run_suite.commands(cell, args, slot=1)
+
+
+def test_local_commands_are_mmdets_train_and_test_with_the_cpus_shared_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_suite, 'usable_cpus', lambda: 8)
+    cell, (train, test, env) = launch(tmp_path, 'none')
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    options = ['--cfg-options', 'randomness.seed=3', 'optim_wrapper.optimizer.lr=0.001', 'train_cfg.max_epochs=1']
+    assert train == [sys.executable, osp.join(REPO_ROOT, 'tools', 'train.py'), config, '--work-dir', work_dir,
+                     *options]
+    assert test == [sys.executable, osp.join(REPO_ROOT, 'tools', 'test.py'), config,
+                    osp.join(work_dir, 'epoch_1.pth'), '--work-dir', osp.join(work_dir, 'test'), *options]
+    assert env == dict(OMP_NUM_THREADS='4', MKL_NUM_THREADS='4')  # 8 CPUs, 2 cells at a time
+    cell['resume'] = True
+    args = run_suite.parse_args([str(tmp_path / 's.py'), '--out-dir', str(tmp_path / 'out')])
+    assert run_suite.commands(cell, args, 0)[0][5] == '--resume'
+
+
+def test_torchrun_commands_use_mmdets_dist_scripts_on_a_port_per_slot(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_suite, 'usable_cpus', lambda: 8)
+    cell, (train, test, env) = launch(tmp_path, 'pytorch', '--nproc', '2')
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    assert train[:6] == ['bash', osp.join(REPO_ROOT, 'tools', 'dist_train.sh'), config, '2', '--work-dir', work_dir]
+    assert test[:7] == ['bash', osp.join(REPO_ROOT, 'tools', 'dist_test.sh'), config,
+                        osp.join(work_dir, 'epoch_1.pth'), '2', '--work-dir', osp.join(work_dir, 'test')]
+    assert env['PORT'] == '29501' and env['OMP_NUM_THREADS'] == '2' and env['PYTHON'] == sys.executable
+
+
+def test_slurm_commands_use_mmdets_slurm_scripts(tmp_path):
+    cell, (train, test, env) = launch(tmp_path, 'slurm', '--nproc', '16', '--partition', 'gpu')
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    assert train[:6] == ['bash', osp.join(REPO_ROOT, 'tools', 'slurm_train.sh'), 'gpu', 'baseline-lr0.001-seed3',
+                         config, work_dir]
+    assert test[:8] == ['bash', osp.join(REPO_ROOT, 'tools', 'slurm_test.sh'), 'gpu', 'baseline-lr0.001-seed3', config,
+                        osp.join(work_dir, 'epoch_1.pth'), '--work-dir', osp.join(work_dir, 'test')]
+    assert env['GPUS'] == '16' and env['GPUS_PER_NODE'] == '8'
+
+
+@pytest.mark.parametrize('variants, extra, message', [
+    (dict(baseline=dict(config=BASELINE)), 'reference = "other"', "reference 'other' is not one of the variants"),
+    (dict(baseline=dict(config='configs/none.py')), '', 'config configs/none.py does not exist'),
+    (dict(baseline=dict(config=BASELINE, lr=[1])), '', "unknown key\\(s\\) lr; a variant has"),
+    (dict(baseline=dict(config=BASELINE, lrs=dict(best_of='x'))), '', 'best_of=NAME\\) needs NAME'),
+    (dict(baseline=dict(config=BASELINE), a=dict(config=BASELINE, lrs=dict(best_of='b')),
+          b=dict(config=BASELINE, lrs=dict(best_of='a'))), '', 'best_of cycle a -> b -> a'),
+    (dict(baseline=dict(config=BASELINE, cfg_options={'model': {'x': 1}})), '', 'model is a dict; give its keys'),
+    (dict(baseline=dict(config=BASELINE)), 'sedes = [1]', "unknown key\\(s\\) sedes"),
+])
+def test_a_broken_suite_is_refused_naming_the_key(tmp_path, variants, extra, message):
+    path = write_suite(tmp_path / 's.py', variants)
+    with open(path, 'a') as f:
+        f.write(extra + '\n')
+    with pytest.raises(run_suite.SuiteError, match=message):
+        run_suite.load_suite(path)
+
+
+SHIPPED_SUITES = sorted(f for f in os.listdir(osp.join(REPO_ROOT, 'configs', 'suites')) if f.endswith('.py'))
+
+
+@pytest.mark.parametrize('name', SHIPPED_SUITES)
+def test_a_shipped_suite_generates_a_train_and_a_test_per_cell(name, tmp_path):
+    """What a COCO or GPU suite can be checked for here: its cells, commands, work dirs and final checkpoints."""
+    path = osp.join(REPO_ROOT, 'configs', 'suites', name)
+    suite = run_suite.load_suite(path)
+    args = run_suite.parse_args([path, '--out-dir', str(tmp_path), '--launcher', 'slurm', '--partition', 'p',
+                                 '--nproc', '16'])
+    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
+    fixed = [v for v, variant in suite['variants'].items() if not isinstance(variant['lrs'], dict)]
+    assert {cell['variant'] for cell in cells} == set(fixed) and suite['reference'] in fixed
+    for cell in cells:
+        train, test, _ = run_suite.commands(cell, args, 0)
+        assert train[1].endswith('slurm_train.sh') and train[4] == osp.join(REPO_ROOT, cell['config'])
+        assert train[5] == cell['work_dir'] == str(tmp_path / cell['variant'] / f'lr{cell["lr"]:g}' / f'seed{cell["seed"]}')
+        assert test[1].endswith('slurm_test.sh') and test[5] == cell['checkpoint']
+        assert f'randomness.seed={cell["seed"]}' in train and f'optim_wrapper.optimizer.lr={cell["lr"]!r}' in train
+
+
+@pytest.mark.parametrize('name, checkpoint', [
+    ('coco_controls_swin-t_1x.py', 'epoch_12.pth'), ('coco_controls_vitdet-b.py', 'iter_184375.pth'),
+    ('coco_pairs_xcit.py', 'epoch_36.pth'), ('demo_controls_swin.py', 'epoch_4.pth')])
+def test_the_final_checkpoint_follows_each_recipe(name, checkpoint, tmp_path):
+    path = osp.join(REPO_ROOT, 'configs', 'suites', name)
+    suite = run_suite.load_suite(path)
+    args = run_suite.parse_args([path, '--out-dir', str(tmp_path)])
+    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
+    assert {osp.basename(cell['checkpoint']) for cell in cells} == {checkpoint}
+
+
+# ---------------------------------------------------------------- gathering (fast, on written runs)
+
+def fake_cell(out_dir, variant, lr, seed, bbox, segm, losses):
+    """A finished cell's files as mmengine writes them: training scalars.json and the test epoch's JSON."""
+    work_dir = osp.join(out_dir, variant, f'lr{lr:g}', f'seed{seed}')
+    os.makedirs(osp.join(work_dir, '20260101_000000', 'vis_data'))
+    with open(osp.join(work_dir, '20260101_000000', 'vis_data', 'scalars.json'), 'w') as f:
+        for i, loss in enumerate(losses):
+            f.write(json.dumps(dict(lr=lr, loss=loss, iter=10 * (i + 1), epoch=1, step=10 * (i + 1))) + '\n')
+    os.makedirs(osp.join(work_dir, 'test', '20260101_000100'))
+    with open(osp.join(work_dir, 'test', '20260101_000100', '20260101_000100.json'), 'w') as f:
+        json.dump({'coco/bbox_mAP': bbox, 'coco/segm_mAP': segm, 'coco/bbox_mAP_50': 0.5, 'time': 1.0}, f)
+    open(osp.join(work_dir, 'epoch_1.pth'), 'w').close()
+
+
+def test_gathered_statistics_equal_a_hand_computation(tmp_path):
+    rng = np.random.default_rng(0)
+    out_dir = tmp_path / 'out'
+    ap = {}
+    for variant in ('baseline', 'cond'):
+        for lr in (1e-3, 2e-3):
+            for seed in (0, 1, 2):
+                ap[variant, lr, seed] = (rng.uniform(0.05, 0.3), rng.uniform(0.05, 0.3))
+                losses = ([4.0, 3.0, 2.5, 2.0, 1.8, 1.5, 1.3, 1.2] if (variant, lr, seed) != ('baseline', 2e-3, 1)
+                          else [4.0, 3.0, 2.95, 2.9, 2.9, 2.85, 2.8, 2.8])
+                fake_cell(str(out_dir), variant, lr, seed, *ap[variant, lr, seed], losses)
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
+                       seeds=[0, 1, 2], lrs=[1e-3, 2e-3], cfg_options={'train_cfg.max_epochs': 1})
+    run_suite.main([path, '--out-dir', str(out_dir), '--gather-only'])
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    rows = {(row['variant'], row['lr']): row for row in summary['rows']}
+    for (variant, lr), row in rows.items():
+        bbox = [100 * ap[variant, lr, seed][0] for seed in (0, 1, 2)]
+        assert row['metrics']['coco/bbox_mAP']['mean'] == pytest.approx(np.mean(bbox))
+        assert row['metrics']['coco/bbox_mAP']['std'] == pytest.approx(np.std(bbox, ddof=1))
+        assert row['final_loss']['mean'] == pytest.approx(np.mean([2.8 if (variant, lr, s) == ('baseline', 2e-3, 1)
+                                                                   else 1.2 for s in (0, 1, 2)]))
+        if variant == 'cond':
+            differences = [100 * (ap['cond', lr, s][1] - ap['baseline', lr, s][1]) for s in (0, 1, 2)]
+            half = stats.t.ppf(0.975, 2) * np.std(differences, ddof=1) / np.sqrt(3)
+            difference = row['difference']['coco/segm_mAP']
+            assert (difference['mean'], difference['low'], difference['high']) == pytest.approx(
+                (np.mean(differences), np.mean(differences) - half, np.mean(differences) + half))
+    assert rows['baseline', 2e-3]['plateaued'] == [1]  # 2.8 >= 0.9 x 3.0, the loss at iteration 20 of 80
+    assert rows['baseline', 1e-3]['plateaued'] == []
+    # the best rate of each variant, and its paired difference to the reference's best rate
+    best = {entry['variant']: entry for entry in summary['best']}
+    for variant in ('baseline', 'cond'):
+        means = {lr: np.mean([ap[variant, lr, s][0] for s in (0, 1, 2)]) for lr in (1e-3, 2e-3)}
+        assert best[variant]['lr'] == max(means, key=means.get)
+    reference_lr = best['baseline']['lr']
+    differences = [100 * (ap['cond', best['cond']['lr'], s][0] - ap['baseline', reference_lr, s][0]) for s in (0, 1, 2)]
+    assert best['cond']['difference']['coco/bbox_mAP']['mean'] == pytest.approx(np.mean(differences))
+    table = (out_dir / 'suite.md').read_text()
+    cond = rows['cond', 1e-3]['metrics']['coco/bbox_mAP']
+    assert f'| cond | 0.001 | 0, 1, 2 | {cond["mean"]:.1f} ± {cond["std"]:.1f} |' in table
+    for name in ('ap_vs_lr.png', 'loss.png', 'kappa.png'):
+        assert (out_dir / name).read_bytes()[:4] == b'\x89PNG'
+
+
+def test_best_of_variants_take_the_best_rate_of_their_source(tmp_path):
+    out_dir = tmp_path / 'out'
+    for lr, bbox in ((1e-3, 0.1), (2e-3, 0.2)):
+        for seed in (0, 1):
+            fake_cell(str(out_dir), 'baseline', lr, seed, bbox + 0.01 * seed, 0.1, [2.0, 1.0])
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE),
+                                               window=dict(config=CONDITIONED, lrs=dict(best_of='baseline'))),
+                       cfg_options={'train_cfg.max_epochs': 1})
+    suite = run_suite.load_suite(path)
+    args = run_suite.parse_args([path, '--out-dir', str(out_dir)])
+    phases = run_suite.phase_of(suite)
+    first = run_suite.cells_of_phase(suite, 0, phases, [], args)
+    for cell in first:
+        cell['results'] = run_suite.cell_results(cell)
+    second = run_suite.cells_of_phase(suite, 1, phases, first, args)
+    assert [(cell['variant'], cell['lr'], cell['seed']) for cell in second] == [('window', 2e-3, 0), ('window', 2e-3, 1)]
+
+
+# ---------------------------------------------------------------- end to end (slow)
+
+@pytest.mark.slow
+def test_two_variants_two_seeds_two_rates_one_epoch_then_resume_reuses_them(shapes_root, tmp_path):
+    out_dir = tmp_path / 'out'
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE),
+                                               scaled=dict(config=CONDITIONED, cfg_options={
+                                                   'model.backbone.conditioning.control': 'scale_matched'})),
+                       cfg_options=suite_options(shapes_root, 1))
+    result = run_script(path, '--out-dir', str(out_dir), '--jobs', '2')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    cells = {(c['variant'], c['lr'], c['seed']): c for c in summary['cells_detail']}
+    assert len(cells) == 8 and all(c['status'] == 'ran' for c in cells.values())
+    for (variant, lr, seed), cell in cells.items():
+        work_dir = cell['work_dir']
+        assert work_dir == str(out_dir / variant / f'lr{lr:g}' / f'seed{seed}')
+        # the run's own files: the test epoch's metrics, the last loss and the rate of its scalars.json
+        test_json, = [osp.join(root, f) for root, _, files in os.walk(osp.join(work_dir, 'test'))
+                      for f in files if f.endswith('.json') and 'vis_data' not in root]
+        metrics = json.load(open(test_json))
+        scalars, = [osp.join(root, 'scalars.json') for root, _, files in os.walk(work_dir)
+                    if 'scalars.json' in files and '/test/' not in root]
+        records = [json.loads(line) for line in open(scalars)]
+        losses = [r['loss'] for r in records if 'loss' in r]
+        assert cell['results']['metrics']['coco/bbox_mAP'] == pytest.approx(100 * metrics['coco/bbox_mAP'])
+        assert cell['results']['final_loss'] == losses[-1] and len(losses) == 4  # 16 images, batch 4, logged each
+        assert [r['lr'] for r in records if 'lr' in r][-1] == pytest.approx(lr)
+        kappas = cell['results']['kappa']['kappa/tokens_out_mean/stage0']['value']
+        assert kappas  # the scale-matched tokens keep X's kappa: far above the conditioned bound of 2
+        assert min(kappas) > 2
+        # the seed reaches the run
+        assert f'randomness.seed={seed}' in open(osp.join(work_dir, 'train.log')).readline()
+    rows = {(row['variant'], row['lr']): row for row in summary['rows']}
+    for lr in (1e-3, 2e-3):
+        values = [cells['scaled', lr, s]['results']['metrics']['coco/segm_mAP'] for s in (0, 1)]
+        assert rows['scaled', lr]['metrics']['coco/segm_mAP']['mean'] == pytest.approx(statistics.fmean(values))
+        differences = [cells['scaled', lr, s]['results']['metrics']['coco/bbox_mAP']
+                       - cells['baseline', lr, s]['results']['metrics']['coco/bbox_mAP'] for s in (0, 1)]
+        assert rows['scaled', lr]['difference']['coco/bbox_mAP']['mean'] == pytest.approx(statistics.fmean(differences))
+    assert '| scaled | 0.001 | 0, 1 |' in (out_dir / 'suite.md').read_text()
+
+    refused = run_script(path, '--out-dir', str(out_dir))
+    assert refused.returncode != 0 and 'use --resume to continue them' in refused.stderr
+    mtimes = {key: os.stat(c['work_dir'] + '/epoch_1.pth').st_mtime for key, c in cells.items()}
+    rerun = run_script(path, '--out-dir', str(out_dir), '--resume')
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    again = json.loads((out_dir / 'suite.json').read_text())
+    assert [c['status'] for c in again['cells_detail']] == ['reused'] * 8
+    assert again['rows'] == summary['rows']
+    assert {key: os.stat(c['work_dir'] + '/epoch_1.pth').st_mtime for key, c in cells.items()} == mtimes
+
+
+@pytest.mark.slow
+def test_a_killed_cell_resumes_from_its_last_checkpoint(shapes_root, tmp_path):
+    out_dir = tmp_path / 'out'
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
+                       cfg_options=suite_options(shapes_root, 3))
+    process = subprocess.Popen([sys.executable, SCRIPT, path, '--out-dir', str(out_dir)], cwd=REPO_ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
+    deadline = time.monotonic() + 300
+    while not (work_dir / 'epoch_1.pth').exists():
+        assert process.poll() is None and time.monotonic() < deadline, 'the cell ended before its first checkpoint'
+        time.sleep(0.2)
+    time.sleep(1)  # the checkpoint file is complete once last_checkpoint names it
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (work_dir / 'epoch_3.pth').exists()
+    result = run_script(path, '--out-dir', str(out_dir), '--resume')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    log = (work_dir / 'train.log').read_text()
+    assert '--resume' in log.splitlines()[-1] or 'Auto resumed from the latest checkpoint' in log
+    assert 'resumed' in log.lower() and 'Epoch(train) [2]' in log.split('$ ')[-1]
+    assert 'Epoch(train) [1]' not in log.split('$ ')[-1]  # the resumed run starts at epoch 2
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    assert [c['status'] for c in summary['cells_detail']] == ['ran']
+
+
+@pytest.mark.slow
+def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(shapes_root, tmp_path):
+    out_dir = tmp_path / 'out'
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
+                       cfg_options={**suite_options(shapes_root, 1), 'env_cfg.dist_cfg.backend': 'gloo'})
+    env = dict(os.environ, PATH=f'{FAKE_SLURM}:{os.environ["PATH"]}', FAKE_SRUN_ARGS=str(tmp_path / 'srun.json'),
+               GRES='', CPUS_PER_TASK='1', MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES='')
+    result = run_script(path, '--out-dir', str(out_dir), '--launcher', 'slurm', '--partition', 'cpu', env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
+    assert 'Distributed launcher: slurm' in (work_dir / 'train.log').read_text()
+    srun = json.loads((tmp_path / 'srun.json').read_text())  # the last srun: the test
+    assert srun[:2] == ['-p', 'cpu'] and '--job-name=baseline-lr0.001-seed0' in srun and '--ntasks=1' in srun
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    assert summary['cells_detail'][0]['status'] == 'ran' and summary['launcher'] == 'slurm'
