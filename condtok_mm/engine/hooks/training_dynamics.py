@@ -139,10 +139,11 @@ class TrainingDynamicsHook(Hook):
             return
         self._detach()
         scalars = self._reduce()
-        loss = (outputs or {}).get('loss')
-        if loss is not None:
-            scalars['dynamics/loss'] = float(loss)
-            scalars['dynamics/loss_smoothed'] = float(runner.message_hub.get_scalar('train/loss').mean(self.interval))
+        # RuntimeInfoHook (VERY_HIGH priority) has put this iteration's loss in the message hub already
+        if 'train/loss' in runner.message_hub.log_scalars:
+            losses = runner.message_hub.get_scalar('train/loss')
+            scalars['dynamics/loss'] = float(losses.current())
+            scalars['dynamics/loss_smoothed'] = float(losses.mean(self.interval))
         step = runner.iter + 1
         runner.visualizer.add_scalars(scalars, step=step)
         runner.logger.info(format_dynamics(scalars, step, [name for name, _ in self.blocks], self.log_blocks))
