@@ -161,7 +161,7 @@ def test_recorded_values_equal_a_float64_hand_computation(tmp_path, with_cp):
         for key, value in want.items():
             assert got[key] == pytest.approx(value, rel=1e-4), f'{key} at step {step}'
         # the loss is the same every iteration (same batch, same weights): its running mean is it too
-        assert got['loss_smoothed'] == pytest.approx(want['loss'], rel=1e-6)
+        assert got['loss_smoothed'] == pytest.approx(got['loss'], rel=1e-6)
     # the hand values are not degenerate: attention is not uniform (that would be log 4 and log 16 nats)
     assert want["attn_entropy/blocks.0"] < 0.95 * math.log(4) and want["attn_entropy/blocks.1"] < 0.95 * math.log(16)
 
