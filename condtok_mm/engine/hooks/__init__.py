@@ -1,3 +1,4 @@
 from .attention_conditioning import AttentionConditioningHook, ConditioningProbe
+from .training_dynamics import TrainingDynamicsHook
 
-__all__ = ['AttentionConditioningHook', 'ConditioningProbe']
+__all__ = ['AttentionConditioningHook', 'ConditioningProbe', 'TrainingDynamicsHook']
