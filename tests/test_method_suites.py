@@ -50,14 +50,14 @@ def lookup(cfg, key):
 @pytest.mark.parametrize('path', SUITES)
 def test_suite_has_the_runners_keys_and_names_existing_configs_and_keys(path):
     s = suite(path)
-    assert set(s) == SUITE_KEYS
+    assert {key for key in s if not key.startswith('_')} == SUITE_KEYS  # the runner ignores _-prefixed keys
     assert s['reference'] in s['variants'] and list(s['variants'])[0] == s['reference']
     assert s['seeds'] == [0, 1, 2] and s['metric'] == 'coco/bbox_mAP'
     for name, variant in s['variants'].items():
         assert osp.exists(osp.join(REPO_ROOT, variant['config'])), (name, variant['config'])
         assert variant['description']
         lrs = variant.get('lrs')
-        assert lrs is None or lrs == dict(best_of='baseline'), name
+        assert lrs is None or lrs == dict(best_of=name.split('_')[0]), name
         config = model_config(variant['config'])
         lookup(config, s['lr_key'])  # the learning rate the runner sets exists
         for key in variant.get('cfg_options') or {}:
@@ -81,18 +81,21 @@ def test_methods_suite_compares_the_three_methods_at_their_published_settings(fa
 
 
 @pytest.mark.parametrize('family', FAMILIES)
-def test_dose_suite_turns_each_methods_knob_at_the_baseline_learning_rate(family):
-    prefix, tail = FAMILIES[family]
+def test_dose_suite_adds_strengths_of_each_method_at_its_published_settings_best_rate(family):
+    methods = suite(f'configs/suites/demo_methods_{family}.py')['variants']
     variants = suite(f'configs/suites/demo_dose_{family}.py')['variants']
-    assert variants['baseline'] == dict(config=f'{prefix}{tail}', description='no conditioning')
+    assert {name: variants[name] for name in methods} == methods  # its published settings are the methods suite's
     doses = {}
-    for name, variant in list(variants.items())[1:]:
+    for name, variant in variants.items():
+        if name == 'baseline':
+            continue
         method = name.split('_')[0]
-        assert variant['config'] == f'{prefix}-{method}{tail}' and variant['lrs'] == dict(best_of='baseline')
-        assert list(variant['cfg_options']) == [KNOBS[method]]
         cfg = cell(variant)
+        if name != method:  # a dose: the method's config and rate, its strength alone changed
+            assert variant['config'] == methods[method]['config'] and variant['lrs'] == dict(best_of=method)
+            assert list(variant['cfg_options']) == [KNOBS[method]]
         doses.setdefault(method, []).append(lookup(cfg, KNOBS[method]))
         if method != 'spectral':  # the conditioner each dose builds accepts its strength
             MODELS.build(cfg.model.backbone.conditioning)
-    assert doses == {'condtok': [2.0, 8.0, 32.0, 128.0], 'spectral': [1.0, 3.0, 10.0, 30.0],
-                     'graying': [0.3, 0.6, 0.8, 0.95]}
+    assert {method: sorted(values) for method, values in doses.items()} == {
+        'condtok': [1.25, 2.0, 8.0], 'spectral': [3.0, 10.0, 30.0], 'graying': [0.3, 0.6, 0.95]}
