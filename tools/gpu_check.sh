@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA device, in one run of under 10 minutes on one GPU: the tests marked `gpu`
 # (AMP fp16/bf16 training with the conditioner, per-window conditioning on CUDA, the hook's NCCL reduction)
-# and tools/benchmark/overhead.py --device cuda (Swin-T and ViTDet-B at full size). Every number goes to
+# and tools/benchmark/overhead.py --device cuda --methods spectral graying (Swin-T and ViTDet-B at full size, the
+# conditioned twin beside spectral conditioning and Token Graying). Every number goes to
 # OUT_DIR/gpu_check.json (the tests' outcomes and times, overhead.json's results and machine).
 #   tools/gpu_check.sh [OUT_DIR]        default work_dirs/gpu_check; PYTHON selects the interpreter
 # Without a CUDA device it says so in one line and exits 0.
@@ -21,7 +22,7 @@ fi
 mkdir -p "$OUT_DIR"
 status=0
 "$PYTHON" -m pytest -m gpu tests -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" || status=1
-"$PYTHON" tools/benchmark/overhead.py --device cuda --repeats 5 --out-dir "$OUT_DIR/overhead" || status=1
+"$PYTHON" tools/benchmark/overhead.py --device cuda --repeats 5 --methods spectral graying --out-dir "$OUT_DIR/overhead" || status=1
 "$PYTHON" - "$OUT_DIR" <<'PY' || status=1
 import json
 import os.path as osp
