@@ -96,9 +96,9 @@ def test_hook_reduces_its_values_with_nccl(nccl_group, monkeypatch):
     local = dict(probe.values)
     expected = {}
     for key, values in local.items():
-        quantity, where = key.split('/')
-        expected[f'kappa/{quantity}_mean/{where}'] = float(torch.cat(values).mean())
-        expected[f'kappa/{quantity}_max/{where}'] = float(torch.cat(values).max())
+        family, quantity, where = key.split('/')
+        expected[f'{family}/{quantity}_mean/{where}'] = float(torch.cat(values).mean())
+        expected[f'{family}/{quantity}_max/{where}'] = float(torch.cat(values).max())
     # The reduction runs where more than one rank records; NCCL allows one rank per GPU, so this one rank
     # takes that path in a group of one: the sums and maxima over one rank are its own.
     monkeypatch.setattr(attention_conditioning, 'get_world_size', lambda: 2)
@@ -123,6 +123,7 @@ def test_token_graying_on_cuda_matches_the_cpu(epsilon):
 
 # Relative (Frobenius) error of each output under autocast against float32: measured 0.1 % (fp16) and 1.1 %
 # (bf16) at most with CPU autocast; a lost lambda I (10 x the projection's input) would be off by far more.
+# (mmdet's Swin returns its outputs through LayerNorms, which autocast runs in float32.)
 @pytest.mark.parametrize('dtype, bound', [(torch.float16, 0.01), (torch.bfloat16, 0.05)], ids=['fp16', 'bf16'])
 def test_spectral_attention_on_cuda_matches_the_cpu_also_under_autocast(dtype, bound):
     torch.manual_seed(0)
@@ -139,5 +140,5 @@ def test_spectral_attention_on_cuda_matches_the_cpu_also_under_autocast(dtype, b
             on_cuda_amp = model(x.cuda())
     for full, low, reference in zip(on_cuda, on_cuda_amp, on_cpu):
         torch.testing.assert_close(full.cpu(), reference, rtol=1e-4, atol=1e-4)
-        assert low.dtype == dtype and torch.isfinite(low).all()
+        assert torch.isfinite(low).all() and not torch.equal(low, full)  # autocast changed the arithmetic
         assert float((low.float().cpu() - reference).norm() / reference.norm()) <= bound

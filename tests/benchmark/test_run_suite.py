@@ -342,3 +342,42 @@ def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(shapes_root
     assert srun[:2] == ['-p', 'cpu'] and '--job-name=baseline-lr0.001-seed0' in srun and '--ntasks=1' in srun
     summary = json.loads((out_dir / 'suite.json').read_text())
     assert summary['cells_detail'][0]['status'] == 'ran' and summary['launcher'] == 'slurm'
+
+
+@pytest.mark.slow
+def test_the_shipped_dose_suite_runs_end_to_end_at_one_epoch(shapes_root, tmp_path):
+    """configs/suites/demo_dose_swin.py, which holds the methods suite (baseline, conditioned tokens, spectral
+    conditioning, Token Graying) and two more strengths of each method, through the runner with one seed, one
+    rate and one epoch: every variant trains with its own config and strength, each dose at its method's rate
+    (a second phase), and is evaluated."""
+    from mmengine.config import Config
+    out_dir = tmp_path / 'out'
+    path = tmp_path / 'dose.py'
+    path.write_text(f'_base_ = [{osp.join(REPO_ROOT, "configs", "suites", "demo_dose_swin.py")!r}]\n'
+                    f'seeds = [0]\nlrs = [1e-3]\ncfg_options = {suite_options(shapes_root, 1)!r}\n')
+    result = run_script(str(path), '--out-dir', str(out_dir), '--jobs', '2')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'phase 1' in result.stderr  # the doses wait for their methods' best rate
+    shipped = Config.fromfile(osp.join(REPO_ROOT, 'configs', 'suites', 'demo_dose_swin.py')).variants
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    cells = {c['variant']: c for c in summary['cells_detail']}
+    assert list(cells) == list(shipped) and all(c['status'] == 'ran' for c in cells.values())
+    for name, cell in cells.items():
+        assert (cell['lr'], cell['seed']) == (1e-3, 0)
+        assert 0 <= cell['results']['metrics']['coco/bbox_mAP'] <= 100
+        run, = [osp.join(cell['work_dir'], f) for f in os.listdir(cell['work_dir']) if f.endswith('_shapes.py')]
+        assert osp.basename(run) == osp.basename(shipped[name]['config'])
+        backbone = Config.fromfile(run).model.backbone
+        for key, value in (shipped[name].get('cfg_options') or {}).items():  # the strength reached the run
+            assert key.startswith('model.backbone.')
+            part = backbone
+            for field in key.split('.')[2:]:
+                part = part[field]
+            assert part == value, (name, key)
+        if name.startswith('spectral'):
+            assert backbone.type == 'SpectralAttentionBackbone'
+        elif name.startswith(('condtok', 'graying')):
+            assert backbone.conditioning.mode == ('graying' if name.startswith('graying') else 'sigma_max')
+        else:
+            assert 'conditioning' not in backbone
+    assert '| graying_e0_6 | 0.001 | 0 |' in (out_dir / 'suite.md').read_text()
