@@ -1,0 +1,191 @@
+"""Dose-response of a suite's methods: AP against each method's strength, from a finished suite run.
+
+    python tools/analysis/dose_response.py configs/suites/demo_dose_swin.py \
+        --knob condtok=model.backbone.conditioning.target_kappa --knob spectral=model.backbone.lam \
+        --knob graying=model.backbone.conditioning.epsilon [--out-dir work_dirs/suites/demo_dose_swin]
+
+Each ``--knob METHOD=KEY`` names a variant of the suite (the method at its published setting) and the config key
+of its strength. The method's doses are the other variants with the same config, which differ from it in
+``cfg_options`` and run at one learning rate (``lrs=dict(best_of=METHOD)``). The curve of a method is its own
+row at that rate and each dose's row, with the strength read from the variant's config after its cfg_options.
+Differences are paired by seed, with 95 % t intervals: against the method's published setting at the same rate,
+and against the suite's reference at the reference's best rate. Reads OUT_DIR/suite.json
+(tools/benchmark/run_suite.py); writes dose.json, dose.md and dose.png there and prints the table.
+"""
+import argparse
+import importlib.util
+import json
+import os.path as osp
+import sys
+
+from mmengine.config import Config
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+METRICS = ('coco/bbox_mAP', 'coco/segm_mAP')
+
+
+def load_run_suite():
+    """tools/benchmark/run_suite.py, whose suite loading and statistics this tool shares."""
+    spec = importlib.util.spec_from_file_location('run_suite', osp.join(REPO_ROOT, 'tools', 'benchmark',
+                                                                         'run_suite.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_suite = load_run_suite()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='AP against each method\'s strength, from a finished suite run')
+    parser.add_argument('suite', help='the suite file (configs/suites/*.py)')
+    parser.add_argument('--knob', action='append', required=True, metavar='METHOD=KEY',
+                        help='a variant of the suite and the config key of its strength (repeatable)')
+    parser.add_argument('--out-dir', help='the suite run (suite.json); default work_dirs/suites/SUITE_NAME')
+    return parser.parse_args(argv)
+
+
+def lookup(cfg, key, where):
+    value = cfg
+    for part in key.split('.'):
+        if not isinstance(value, dict) or part not in value:
+            raise SystemExit(f'error: {where} has no {key!r} (missing {part!r}); give the config key of the '
+                             'strength, e.g. model.backbone.lam')
+        value = value[part]
+    return value
+
+
+def strength_of(variant, key, where):
+    cfg = Config.fromfile(osp.join(REPO_ROOT, variant['config']), import_custom_modules=False)
+    cfg.merge_from_dict(dict(variant.get('cfg_options') or {}))
+    return lookup(cfg.to_dict(), key, where)
+
+
+def curves(suite_path, knobs, summary):
+    """{method: dict(key, lr, points=[...])}, each point a variant with its strength, metrics and differences."""
+    variants = Config.fromfile(suite_path, import_custom_modules=False).to_dict()['variants']
+    cells = [cell for cell in summary['cells_detail'] if cell.get('results', {}).get('metrics')]
+    reference, metric = summary['reference'], summary['metric']
+    reference_lr = run_suite.best_lr(cells, reference, metric)
+    result = {}
+    for method, key in knobs.items():
+        if method not in variants:
+            raise SystemExit(f'error: --knob {method}={key}: the suite has no variant {method!r} '
+                             f'(it has {", ".join(variants)})')
+        group = [name for name, variant in variants.items() if variant['config'] == variants[method]['config']]
+        doses = [name for name in group if name != method]
+        dose_lrs = {cell['lr'] for cell in cells if cell['variant'] in doses}
+        if len(dose_lrs) > 1:
+            raise SystemExit(f'error: the doses of {method!r} ran at several rates ({sorted(dose_lrs)}); a curve '
+                             'needs them at one (lrs=dict(best_of=METHOD))')
+        lr = dose_lrs.pop() if dose_lrs else run_suite.best_lr(cells, method, metric)
+        if lr is None:
+            raise SystemExit(f'error: no finished cell of {method!r} in the run')
+        points = []
+        for name in group:
+            values = {key_: run_suite.metric_by_seed(cells, name, lr, key_) for key_ in METRICS}
+            if not values[metric]:
+                continue
+            point = dict(variant=name, strength=strength_of(variants[name], key, f'variant {name!r}'),
+                         published=name == method, seeds=sorted(values[metric]), metrics={},
+                         difference_vs_published={}, difference_vs_reference={})
+            for key_, by_seed in values.items():
+                if not by_seed:
+                    continue
+                point['metrics'][key_] = run_suite.mean_std(list(by_seed.values()))
+                if name != method:
+                    point['difference_vs_published'][key_] = run_suite.paired_difference(
+                        by_seed, run_suite.metric_by_seed(cells, method, lr, key_))
+                if reference_lr is not None:
+                    point['difference_vs_reference'][key_] = run_suite.paired_difference(
+                        by_seed, run_suite.metric_by_seed(cells, reference, reference_lr, key_))
+            points.append(point)
+        result[method] = dict(key=key, lr=lr, points=sorted(points, key=lambda point: point['strength']))
+    reference_metrics = {key_: run_suite.mean_std(list(by_seed.values())) for key_ in METRICS
+                         if (by_seed := run_suite.metric_by_seed(cells, reference, reference_lr, key_))}
+    return result, dict(variant=reference, lr=reference_lr, metrics=reference_metrics)
+
+
+def markdown(result, reference, metric):
+    lines = ['| method | strength | lr | seeds | bbox AP | segm AP | Δ bbox AP vs published | '
+             f'Δ bbox AP vs {reference["variant"]} (lr {reference["lr"]:g}) |', '|---|---|---|---|---|---|---|---|']
+    for method, curve in result.items():
+        knob = curve['key'].rsplit('.', 1)[-1]
+        for point in curve['points']:
+            published = ' (published)' if point['published'] else ''
+            lines.append(
+                f'| {method} | {knob} {point["strength"]:g}{published} | {curve["lr"]:g} | '
+                f'{run_suite.seeds_text(point["seeds"])} | {run_suite.fmt(point["metrics"].get(metric))} | '
+                f'{run_suite.fmt(point["metrics"].get("coco/segm_mAP"))} | '
+                f'{"—" if point["published"] else run_suite.fmt_difference(point["difference_vs_published"].get(metric))} | '
+                f'{run_suite.fmt_difference(point["difference_vs_reference"].get(metric))} |')
+    base = reference['metrics'].get(metric)
+    lines.append('')
+    lines.append(f'{reference["variant"]} at its best rate {reference["lr"]:g}: bbox AP {run_suite.fmt(base)}. '
+                 'AP in percent, mean ± sample std over seeds; Δ: mean of the per-seed differences [95 % t '
+                 'interval].')
+    return '\n'.join(lines) + '\n'
+
+
+def plot(result, reference, metric, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(result), figsize=(4.5 * len(result), 3.8), squeeze=False)
+    base = reference['metrics'].get(metric)
+    for ax, (method, curve) in zip(axes[0], result.items()):
+        xs = [point['strength'] for point in curve['points']]
+        means = [point['metrics'][metric]['mean'] for point in curve['points']]
+        stds = [point['metrics'][metric]['std'] or 0 for point in curve['points']]
+        ax.errorbar(xs, means, yerr=stds, marker='o', capsize=3, label=method)
+        for point in curve['points']:
+            if point['published']:
+                ax.plot(point['strength'], point['metrics'][metric]['mean'], marker='*', markersize=14,
+                        color='black', linestyle='none', label='published setting')
+        if base:
+            ax.axhline(base['mean'], color='grey', linestyle='--',
+                       label=f'{reference["variant"]} (lr {reference["lr"]:g})')
+            if base['std']:
+                ax.axhspan(base['mean'] - base['std'], base['mean'] + base['std'], color='grey', alpha=0.15)
+        if xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
+            ax.set_xscale('log')
+        ax.set_xlabel(curve['key'].rsplit('.', 1)[-1])
+        ax.set_ylabel('bbox AP (mean ± std over seeds)')
+        ax.set_title(f'{method} at lr {curve["lr"]:g}')
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    knobs = {}
+    for knob in args.knob:
+        method, sep, key = knob.partition('=')
+        if not sep or not method or not key:
+            raise SystemExit(f'error: --knob {knob!r}: expected METHOD=KEY, e.g. spectral=model.backbone.lam')
+        knobs[method] = key
+    name = osp.splitext(osp.basename(args.suite))[0]
+    out_dir = args.out_dir or osp.join('work_dirs', 'suites', name)
+    summary_path = osp.join(out_dir, 'suite.json')
+    if not osp.isfile(summary_path):
+        raise SystemExit(f'error: no {summary_path}; run tools/benchmark/run_suite.py {args.suite} first, or give '
+                         '--out-dir')
+    with open(summary_path) as f:
+        summary = json.load(f)
+    result, reference = curves(args.suite, knobs, summary)
+    metric = summary['metric']
+    table = markdown(result, reference, metric)
+    with open(osp.join(out_dir, 'dose.json'), 'w') as f:
+        json.dump(dict(suite=args.suite, metric=metric, reference=reference, methods=result), f, indent=1)
+    with open(osp.join(out_dir, 'dose.md'), 'w') as f:
+        f.write(f'# {name}: dose-response\n\n{table}\nPlot: dose.png.\n')
+    plot(result, reference, metric, osp.join(out_dir, 'dose.png'))
+    print(table)
+    print(f'wrote {", ".join(osp.join(out_dir, f) for f in ("dose.json", "dose.md", "dose.png"))}')
+
+
+if __name__ == '__main__':
+    sys.exit(main())
