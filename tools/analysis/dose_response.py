@@ -129,6 +129,7 @@ def markdown(result, reference, metric):
 
 def plot(result, reference, metric, path):
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(result), figsize=(4.5 * len(result), 3.8), squeeze=False)
@@ -149,6 +150,8 @@ def plot(result, reference, metric, path):
                 ax.axhspan(base['mean'] - base['std'], base['mean'] + base['std'], color='grey', alpha=0.15)
         if xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
             ax.set_xscale('log')
+        ax.set_xticks(xs, [f'{x:g}' for x in xs])  # the strengths run, not a log scale's decades
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel(curve['key'].rsplit('.', 1)[-1])
         ax.set_ylabel('bbox AP (mean ± std over seeds)')
         ax.set_title(f'{method} at lr {curve["lr"]:g}')
