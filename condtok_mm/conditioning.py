@@ -39,8 +39,13 @@ since forming G squares kappa), the non-null directions need no explicit U:
 where U_0 is an orthonormal basis of k vectors orthogonal to range(X), obtained by projecting fixed band
 vectors Z out of range(X): candidate j is the normalized indicator of the j-th of m = k + 4 horizontal bands
 of whole token rows of the image (runs of consecutive tokens for (N, d) input, or a grid with fewer rows than
-bands), so that the lift of a null direction is spread evenly over the tokens. With A = G^+ X^T Z and W the
-completion's lift (m x d),
+bands), so that the lift of a null direction is spread evenly over the tokens. U_0 and V_0 are canonical:
+eigh returns an arbitrary basis of the null space and of the completion's span (signs for k = 1, a rotation
+for k >= 2; LAPACK and cuSOLVER choose differently), so each is rotated to the orthonormal basis of its
+subspace closest to fixed candidates (the polar factor of the k x k overlap), V_0 to the first k DCT-II
+vectors of R^d (the first is the ones vector, LayerNorm's null direction), U_0 to the first k band vectors,
+and u_j is paired with v_j. X + C then depends on X only, not on the eigensolver. With A = G^+ X^T Z and W
+the completion's lift (m x d),
 
     X + C = X (I + M - A W) + Z W,
 
@@ -222,6 +227,51 @@ def _add_bands(out: torch.Tensor, weights: torch.Tensor, bands: List[Tuple[int, 
         out[:, start:end] += (weights[:, j] / math.sqrt(end - start)).unsqueeze(1)
 
 
+def _channel_candidates(d: int, k: int, device: torch.device) -> torch.Tensor:
+    """F (d x k): the first k columns of the orthonormal DCT-II basis of R^d, float64. Column 0 is the
+    constant vector, the null direction of LayerNorm'd tokens; the others are well spread over the channels.
+    """
+    i = torch.arange(d, dtype=torch.float64, device=device).unsqueeze(-1)
+    j = torch.arange(k, dtype=torch.float64, device=device)
+    f = torch.cos(math.pi * (i + 0.5) * j / d) * math.sqrt(2 / d)
+    f[:, 0] = 1 / math.sqrt(d)
+    return f
+
+
+# A k x k overlap matrix (entries are inner products of unit vectors) whose smallest singular value is below
+# this does not define a canonical basis: its polar factor would amplify round-off by 1 / sigma_min.
+_CANONICAL_RTOL = 1e-6
+
+
+def _canonical_rotation(overlap: torch.Tensor, needed: torch.Tensor) -> Optional[torch.Tensor]:
+    """The polar factor of blockdiag(overlap on the needed x needed block, I) (B, k, k), or None when that
+    block is (near-)singular.
+
+    For a basis B of a subspace and fixed candidates F, ``overlap`` = B^T F; B times the result is the
+    orthonormal basis of the subspace closest to F, the same for B and B S (S orthogonal: the polar factor
+    of S^T M is S^T times that of M). So it does not depend on which basis an eigensolver returned. Only
+    the needed columns (a sample may need fewer than k) are rotated, among themselves.
+    """
+    both = needed.unsqueeze(-1) & needed.unsqueeze(-2)
+    eye = torch.eye(overlap.shape[-1], dtype=overlap.dtype, device=overlap.device)
+    p, sigma, qh = torch.linalg.svd(torch.where(both, overlap, eye))  # P Q^T: free of the SVD's own signs
+    if bool((sigma[..., -1] < _CANONICAL_RTOL).any()):
+        return None
+    return p @ qh
+
+
+def _canonical_null_directions(v: torch.Tensor, null_count: torch.Tensor, k: int) -> Optional[torch.Tensor]:
+    """V_0 (B, d, k) made canonical: the first null_count[b] columns of ``v`` (eigenvectors of G, null ones
+    first) rotated to the orthonormal basis of the null space closest to the DCT candidates
+    (:func:`_channel_candidates`). eigh returns an arbitrary basis of the null space (signs for k = 1, a
+    rotation for k >= 2), which differs between LAPACK and cuSOLVER. None where it is ill-defined.
+    """
+    v_0 = v[..., :k]
+    needed = torch.arange(k, device=v.device) < null_count.unsqueeze(-1)
+    rotation = _canonical_rotation(v_0.transpose(-1, -2) @ _channel_candidates(v.shape[-2], k, v.device), needed)
+    return None if rotation is None else v_0 @ rotation
+
+
 def _completion_lift(x_z: torch.Tensor, v: torch.Tensor, inv_s2: torch.Tensor, lift_null: torch.Tensor,
                      null_count: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     """(A, W) such that U = Z - X A is orthogonal to range(X) and the null directions' lift is U W.
@@ -230,8 +280,12 @@ def _completion_lift(x_z: torch.Tensor, v: torch.Tensor, inv_s2: torch.Tensor, l
     eigenvectors of G = X^T X and 1/s_i^2 on its non-null directions (0 on the null ones, which come
     first), ``lift_null`` (B, k) the lift D_j of null direction j, ``null_count`` (B,) how many sample b
     has. A = G^+ X^T Z; U^T U = I - (X^T Z)^T A, whose top-k eigenvectors Q give the orthonormal completion
-    U Q, and W = Q diag(D) V_0^T. Returns None when the candidates leave fewer than the needed independent
-    directions outside range(X).
+    U Q Lambda^-1/2. Both sides are made canonical before pairing column j with column j: the completion is
+    rotated by R_u, the polar factor of its overlap with the first k candidates, (U Q Lambda^-1/2)^T Z E =
+    Lambda^-1/2 Q^T (U^T U) E (U^T Z = U^T U), and V_0 by R_v (:func:`_canonical_null_directions`), so that
+    W = Q Lambda^-1/2 R_u diag(D) (V_0 R_v)^T does not depend on the eigensolver's choice of bases. Returns
+    None when the candidates leave fewer than the needed independent directions outside range(X), or
+    where a canonical basis is ill-defined.
     """
     k = lift_null.shape[-1]
     a = (v * inv_s2.unsqueeze(-2)) @ (v.transpose(-1, -2) @ x_z)
@@ -244,7 +298,11 @@ def _completion_lift(x_z: torch.Tensor, v: torch.Tensor, inv_s2: torch.Tensor, l
     if bool(((lam_u < 1e-6) & needed).any()):
         return None
     q = w * torch.where(needed, lam_u, torch.ones_like(lam_u)).rsqrt().unsqueeze(-2)
-    return a, q @ ((lift_null * needed).unsqueeze(-1) * v[..., :k].transpose(-1, -2))
+    rotation = _canonical_rotation(q.transpose(-1, -2) @ u_u[..., :k], needed)
+    v_c = _canonical_null_directions(v, null_count, k)
+    if rotation is None or v_c is None:
+        return None
+    return a, (q @ rotation) @ ((lift_null * needed).unsqueeze(-1) * v_c.transpose(-1, -2))
 
 
 def _complete_null_space(x: torch.Tensor, bands: List[Tuple[int, int]], v: torch.Tensor, inv_s2: torch.Tensor,
@@ -252,7 +310,11 @@ def _complete_null_space(x: torch.Tensor, bands: List[Tuple[int, int]], v: torch
     """Orthonormal (B, N, k) vectors orthogonal to range(x), projected out of the band vectors explicitly and
     twice (one Gram-Schmidt pass loses orthogonality in floating point: "twice is enough"), for spectra where
     :func:`_completion_lift`'s single projection is not accurate. Sample b needs the first null_count[b].
-    Returns None when the candidates do not leave enough independent directions.
+    The basis of the top-k subspace is made canonical as in :func:`_completion_lift`: rotated by the polar
+    factor of its overlap with the first k (unprojected) band vectors, basis^T Z E, which depends only on
+    the subspace and the fixed candidates (the projected candidates would give the same up to the
+    projection's round-off). Returns None when the candidates do not leave enough independent directions
+    or the canonical basis is ill-defined.
     """
     batch, n, _ = x.shape
     z = x.new_zeros(batch, n, len(bands))
@@ -266,7 +328,9 @@ def _complete_null_space(x: torch.Tensor, bands: List[Tuple[int, int]], v: torch
     needed = torch.arange(k, device=x.device) < null_count.unsqueeze(-1)
     if bool(((lam < 1e-6) & needed).any()):
         return None
-    return z @ (w * torch.where(needed, lam, torch.ones_like(lam)).rsqrt().unsqueeze(-2))
+    basis = z @ (w * torch.where(needed, lam, torch.ones_like(lam)).rsqrt().unsqueeze(-2))
+    rotation = _canonical_rotation(_band_sums(basis, bands[:k]), needed)  # basis^T Z E
+    return None if rotation is None else basis @ rotation
 
 
 def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float, target_kappa: float,
@@ -295,10 +359,11 @@ def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha:
     lift_null = (lift * null)[..., :k]
     if bool((lam[..., -1] * inv_s2.amax(-1) > 1e6).any()):
         completion = _complete_null_space(x, bands, v, inv_s2, null_count, k)
-        if completion is None:
+        v_c = _canonical_null_directions(v, null_count, k)
+        if completion is None or v_c is None:
             return None
-        # Null direction j (j < k_b) of sample b: completion vector j times D_j times v_j^T.
-        return torch.baddbmm(x @ product, completion, lift_null.unsqueeze(-1) * v[..., :k].transpose(-1, -2))
+        # Null direction j (j < k_b) of sample b: canonical completion vector j times D_j times canonical v_j^T.
+        return torch.baddbmm(x @ product, completion, lift_null.unsqueeze(-1) * v_c.transpose(-1, -2))
     completion = _completion_lift(_band_sums(x, bands), v, inv_s2, lift_null, null_count)
     if completion is None:
         return None
@@ -376,7 +441,11 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
 
 def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
                     epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
-    """Reference C from the thin SVD (LAPACK completes U and V over null directions)."""
+    """Reference C from the thin SVD (LAPACK completes U and V over null directions).
+
+    That completion pairs whatever null-space bases the SVD returns, so over null directions this path is
+    not canonical (it can differ between devices and libraries); the Gram path's completion is.
+    """
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
     s1 = s[..., :1]
     return (u * _lift(s, s1, mode, alpha, target_kappa, epsilon).unsqueeze(-2)) @ vh
