@@ -49,8 +49,11 @@ study: install
 	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2 --resume \
 		--out-dir $(BENCH_DIR)/demo_controls_vitdet
 
+# Two pytest-xdist workers, each taking whole test files (their module fixtures are built once): the end-to-end
+# tests spend much of their time starting processes, which a second core overlaps. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 test-quick: install
 	$(PY) -m pytest -m "not slow" tests

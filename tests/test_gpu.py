@@ -11,7 +11,7 @@ from mmengine.registry import init_default_scope
 from mmdet.testing import demo_mm_inputs
 
 import condtok_mm  # noqa: F401
-from condtok_mm.conditioning import condition_number
+from condtok_mm.conditioning import condition_number, condition_tokens
 from condtok_mm.engine.hooks import attention_conditioning
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe
 from condtok_mm.registry import MODELS
@@ -142,3 +142,17 @@ def test_spectral_attention_on_cuda_matches_the_cpu_also_under_autocast(dtype, b
         torch.testing.assert_close(full.cpu(), reference, rtol=1e-4, atol=1e-4)
         assert torch.isfinite(low).all() and not torch.equal(low, full)  # autocast changed the arithmetic
         assert float((low.float().cpu() - reference).norm() / reference.norm()) <= bound
+
+
+def test_rank_deficient_tokens_condition_the_same_on_cuda_and_cpu():
+    """Several null directions per image (rank 20 of 48 channels) and a LayerNorm'd one (the ones vector): the
+    completion of the null space is canonical, so cuSOLVER's and LAPACK's eigenvector bases give one X + C."""
+    gen = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(2, 300, 20, generator=gen) @ torch.randn(20, 48, generator=gen)
+    layer_normed = torch.nn.functional.layer_norm(torch.randn(2, 300, 48, generator=gen), (48, ))
+    for tokens in (low_rank, layer_normed):
+        grid = tokens.view(2, 15, 20, 48)
+        on_cpu = condition_tokens(grid)
+        on_cuda = condition_tokens(grid.cuda())
+        torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-5, atol=1e-5 * float(on_cpu.abs().max()))
+        assert (condition_number(on_cuda.view(2, 300, 48).cpu().double()) <= 2 + 1e-3).all()

@@ -251,17 +251,19 @@ def test_best_of_variants_take_the_best_rate_of_their_source(tmp_path):
 # ---------------------------------------------------------------- end to end (slow)
 
 @pytest.mark.slow
-def test_two_variants_two_seeds_two_rates_one_epoch_then_resume_reuses_them(shapes_root, tmp_path):
+def test_two_variants_two_seeds_one_epoch_then_resume_reuses_them(shapes_root, tmp_path):
+    # One rate: choosing among rates is checked on written runs above and end to end by the shipped dose
+    # suite's best_of phase below.
     out_dir = tmp_path / 'out'
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE),
                                                scaled=dict(config=CONDITIONED, cfg_options={
                                                    'model.backbone.conditioning.control': 'scale_matched'})),
-                       cfg_options=suite_options(shapes_root, 1))
+                       lrs=(1e-3, ), cfg_options=suite_options(shapes_root, 1))
     result = run_script(path, '--out-dir', str(out_dir), '--jobs', '2')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((out_dir / 'suite.json').read_text())
     cells = {(c['variant'], c['lr'], c['seed']): c for c in summary['cells_detail']}
-    assert len(cells) == 8 and all(c['status'] == 'ran' for c in cells.values())
+    assert len(cells) == 4 and all(c['status'] == 'ran' for c in cells.values())
     for (variant, lr, seed), cell in cells.items():
         work_dir = cell['work_dir']
         assert work_dir == str(out_dir / variant / f'lr{lr:g}' / f'seed{seed}')
@@ -282,7 +284,7 @@ def test_two_variants_two_seeds_two_rates_one_epoch_then_resume_reuses_them(shap
         # the seed reaches the run
         assert f'randomness.seed={seed}' in open(osp.join(work_dir, 'train.log')).readline()
     rows = {(row['variant'], row['lr']): row for row in summary['rows']}
-    for lr in (1e-3, 2e-3):
+    for lr in (1e-3, ):
         values = [cells['scaled', lr, s]['results']['metrics']['coco/segm_mAP'] for s in (0, 1)]
         assert rows['scaled', lr]['metrics']['coco/segm_mAP']['mean'] == pytest.approx(statistics.fmean(values))
         differences = [cells['scaled', lr, s]['results']['metrics']['coco/bbox_mAP']
@@ -296,7 +298,7 @@ def test_two_variants_two_seeds_two_rates_one_epoch_then_resume_reuses_them(shap
     rerun = run_script(path, '--out-dir', str(out_dir), '--resume')
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     again = json.loads((out_dir / 'suite.json').read_text())
-    assert [c['status'] for c in again['cells_detail']] == ['reused'] * 8
+    assert [c['status'] for c in again['cells_detail']] == ['reused'] * 4
     assert again['rows'] == summary['rows']
     assert {key: os.stat(c['work_dir'] + '/epoch_1.pth').st_mtime for key, c in cells.items()} == mtimes
 

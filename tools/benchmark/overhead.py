@@ -170,9 +170,11 @@ def valid_token_matrices(tokens, hw_shape, valid_shapes):
 
 
 def svd_correction(tokens, target_kappa):
-    """The plain implementation: X + s_1/(t-1) U V^T from a thin SVD in the tokens' dtype."""
-    u, s, vh = torch.linalg.svd(tokens, full_matrices=False)
-    return tokens + (s[..., :1, None] / (target_kappa - 1)) * (u @ vh)
+    """The plain implementation: X + s_1/(t-1) U V^T from a thin SVD in the tokens' dtype (float32 for float16
+    and bfloat16 tokens, e.g. ViTDet's under AMP: torch has no half-precision SVD)."""
+    work = tokens if tokens.dtype in (torch.float32, torch.float64) else tokens.float()
+    u, s, vh = torch.linalg.svd(work, full_matrices=False)
+    return (work + (s[..., :1, None] / (target_kappa - 1)) * (u @ vh)).to(tokens.dtype)
 
 
 def float64_products(matrices):
