@@ -131,14 +131,14 @@ def read_until(process, pattern, timeout):
 
 @pytest.fixture(scope='session')
 def trained_checkpoint(shapes_root, tmp_path_factory):
-    """A demo model trained on the 8 val images until its COCO AP is clearly above 0 (30 iterations), so that
+    """A demo model trained on the 8 val images until its COCO AP is clearly above 0 (40 iterations), so that
     the tests that compare AP compare something."""
     work_dir = tmp_path_factory.mktemp('trained')
-    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 15),
+    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 20),
              'train_dataloader.dataset.ann_file=annotations/instances_val.json',
              'train_dataloader.dataset.data_prefix.img=val/', 'param_scheduler=[]',
-             'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=15')
-    return str(work_dir / 'epoch_15.pth')
+             'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=20')
+    return str(work_dir / 'epoch_20.pth')
 
 
 def build_wheel(out_dir):
