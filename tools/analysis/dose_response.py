@@ -21,7 +21,6 @@ import sys
 from mmengine.config import Config
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-METRICS = ('coco/bbox_mAP', 'coco/segm_mAP')
 
 
 def load_run_suite():
@@ -67,6 +66,8 @@ def curves(suite_path, knobs, summary):
     cells = [cell for cell in summary['cells_detail'] if cell.get('results', {}).get('metrics')]
     reference, metric = summary['reference'], summary['metric']
     reference_lr = run_suite.best_lr(cells, reference, metric)
+    # the suite's metric first, then the others run_suite reports, as in its tables
+    metric_keys = [metric] + [key for key in run_suite.REPORTED_METRICS if key != metric]
     result = {}
     for method, key in knobs.items():
         if method not in variants:
@@ -83,26 +84,26 @@ def curves(suite_path, knobs, summary):
             raise SystemExit(f'error: no finished cell of {method!r} in the run')
         points = []
         for name in group:
-            values = {key_: run_suite.metric_by_seed(cells, name, lr, key_) for key_ in METRICS}
+            values = {metric_key: run_suite.metric_by_seed(cells, name, lr, metric_key) for metric_key in metric_keys}
             if not values[metric]:
                 continue
             point = dict(variant=name, strength=strength_of(variants[name], key, f'variant {name!r}'),
                          published=name == method, seeds=sorted(values[metric]), metrics={},
                          difference_vs_published={}, difference_vs_reference={})
-            for key_, by_seed in values.items():
+            for metric_key, by_seed in values.items():
                 if not by_seed:
                     continue
-                point['metrics'][key_] = run_suite.mean_std(list(by_seed.values()))
+                point['metrics'][metric_key] = run_suite.mean_std(list(by_seed.values()))
                 if name != method:
-                    point['difference_vs_published'][key_] = run_suite.paired_difference(
-                        by_seed, run_suite.metric_by_seed(cells, method, lr, key_))
+                    point['difference_vs_published'][metric_key] = run_suite.paired_difference(
+                        by_seed, run_suite.metric_by_seed(cells, method, lr, metric_key))
                 if reference_lr is not None:
-                    point['difference_vs_reference'][key_] = run_suite.paired_difference(
-                        by_seed, run_suite.metric_by_seed(cells, reference, reference_lr, key_))
+                    point['difference_vs_reference'][metric_key] = run_suite.paired_difference(
+                        by_seed, run_suite.metric_by_seed(cells, reference, reference_lr, metric_key))
             points.append(point)
         result[method] = dict(key=key, lr=lr, points=sorted(points, key=lambda point: point['strength']))
-    reference_metrics = {key_: run_suite.mean_std(list(by_seed.values())) for key_ in METRICS
-                         if (by_seed := run_suite.metric_by_seed(cells, reference, reference_lr, key_))}
+    reference_metrics = {metric_key: run_suite.mean_std(list(by_seed.values())) for metric_key in metric_keys
+                         if (by_seed := run_suite.metric_by_seed(cells, reference, reference_lr, metric_key))}
     return result, dict(variant=reference, lr=reference_lr, metrics=reference_metrics)
 
 
