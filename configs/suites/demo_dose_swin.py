@@ -15,9 +15,10 @@ _base_ = ['./demo_methods_swin.py']
 description = ('Demo Swin Mask R-CNN (configs/demo/, data/shapes): dose-response of conditioned tokens '
                '(target kappa), spectral conditioning (lambda) and Token Graying (epsilon), each strength at '
                "the best learning rate of its method's published setting.")
-_condtok = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
-_spectral = 'configs/demo/mask-rcnn_swin-mini-spectral_fpn_12e_shapes.py'
-_graying = 'configs/demo/mask-rcnn_swin-mini-graying_fpn_12e_shapes.py'
+# each dose uses its method's config, taken from the methods suite
+_condtok = {{_base_.variants.condtok.config}}
+_spectral = {{_base_.variants.spectral.config}}
+_graying = {{_base_.variants.graying.config}}
 variants = dict(
     condtok_k1_25=dict(config=_condtok, lrs=dict(best_of='condtok'),
                        cfg_options={'model.backbone.conditioning.target_kappa': 1.25},
