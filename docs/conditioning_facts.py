@@ -1,5 +1,4 @@
-"""Facts about the conditioner on real patch tokens that the README states (section "The conditioning and its
-options"), measured on the demo's mini-Swin patch embedding at initialisation:
+"""Facts about the conditioner on real patch tokens that docs/en/user_guides/conditioning.md states, measured on the demo's mini-Swin patch embedding at initialisation:
 
 - how much an image's correction changes when a wider batch-mate pads it, if the padding is conditioned with it
   (what ValidRegionDetDataPreprocessor prevents);
