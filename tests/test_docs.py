@@ -110,7 +110,7 @@ def make_targets(text):
     return sorted({target for span in code_spans(text) for target in MAKE_TARGET.findall(span)})
 
 
-def test_docs_exist_and_link_the_docs_folder():
+def test_the_pages_checked_include_the_docs_index_and_pages():
     files = doc_files()
     assert osp.join(REPO_ROOT, 'docs', 'en', 'index.md') in files
     assert len(files) > 10, files
