@@ -19,6 +19,30 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
 
 
+def pytest_configure(config):
+    """Parse each installed package's metafiles once per test process instead of once per `mmdet::` base.
+
+    mmengine 0.10.7 (mmengine/config/utils.py:50, `_get_cfg_metainfo`) reads model-index.yml and all 102
+    metafile.yml of mmdet (~0.7 s) every time a config names an `mmdet::` base, and the tests load over a hundred
+    such configs. The installed packages do not change during a test run and `_get_cfg_metainfo` only reads what
+    it loads, so the module's `load` is memoized by path for those YAML files.
+    """
+    import functools
+
+    import mmengine.config.utils as config_utils
+    if getattr(config_utils.load, 'memoized_for_tests', False):
+        return
+    read_yaml = functools.lru_cache(maxsize=None)(config_utils.load)
+
+    def load(file, *args, **kwargs):
+        if isinstance(file, str) and file.endswith('.yml') and not args and not kwargs:
+            return read_yaml(file)
+        return read_yaml.__wrapped__(file, *args, **kwargs)
+
+    load.memoized_for_tests = True
+    config_utils.load = load
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` are skipped, with one reason, where torch sees no CUDA device."""
     if torch.cuda.is_available():
