@@ -1,0 +1,87 @@
+"""Protocol P2's bridge from mmpretrain to mmdet: the checkpoint of an mmpretrain classifier (conditioned or not)
+loads as the backbone of our detection configs through their own init_cfg and mmengine's checkpoint loading,
+every weight of it (no backbone key missing, none left over, values equal)."""
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import DefaultScope
+from mmengine.runner.checkpoint import save_checkpoint
+
+import condtok_mm  # noqa: F401
+import condtok_mm.compat
+from conftest import REPO_ROOT
+
+DEMO = osp.join(REPO_ROOT, 'configs', 'demo')
+# (classification config, detection config it is the pretraining of)
+PAIRS = [('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-pretrained_fpn_12e_shapes.py'),  # P0
+         ('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'),  # P1
+         ('swin-mini-condtok_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py')]
+
+
+def build(cfg_model, scope):
+    import mmdet.models  # noqa: F401  (registration)
+    import mmpretrain.models  # noqa: F401
+    from mmdet.registry import MODELS as DET_MODELS
+    from mmpretrain.registry import MODELS as PRETRAIN_MODELS
+    registry = {'mmpretrain': PRETRAIN_MODELS, 'mmdet': DET_MODELS}[scope]
+    with DefaultScope.overwrite_default_scope(scope):  # as the Runner of each config sets it
+        return registry.build(cfg_model)
+
+
+def pretrained_classifier(classification_config, path):
+    """The classifier of the config with every weight made distinct from any initialisation, saved as mmengine's
+    CheckpointHook saves one; returns its state dict."""
+    cfg = Config.fromfile(osp.join(DEMO, classification_config))
+    cfg.model.data_preprocessor = cfg.data_preprocessor
+    torch.manual_seed(0)
+    classifier = build(cfg.model, 'mmpretrain')
+    with torch.no_grad():
+        for tensor in classifier.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(torch.randn_like(tensor))
+    state = classifier.state_dict()
+    save_checkpoint(dict(meta=dict(epoch=20), state_dict=state), path)
+    return state
+
+
+def detector_initialised_from(detection_config, checkpoint):
+    cfg = Config.fromfile(osp.join(DEMO, detection_config))
+    cfg.model.backbone.init_cfg.checkpoint = checkpoint
+    torch.manual_seed(1)
+    detector = build(cfg.model, 'mmdet')
+    detector.init_weights()  # what the Runner does before training
+    return detector
+
+
+@pytest.mark.parametrize('classification_config, detection_config', PAIRS, ids=lambda name: name.split('_')[1])
+def test_every_backbone_weight_of_the_classifier_lands_in_the_detector(tmp_path, classification_config,
+                                                                      detection_config):
+    condtok_mm.compat.apply()  # mmengine's checkpoint loading, weights-only on torch >= 2.6
+    checkpoint = str(tmp_path / 'epoch_20.pth')
+    state = pretrained_classifier(classification_config, checkpoint)
+    pretrained = {key[len('backbone.'):]: value for key, value in state.items() if key.startswith('backbone.')}
+    assert set(state) - {f'backbone.{key}' for key in pretrained} == {'head.fc.weight', 'head.fc.bias'}
+    backbone = detector_initialised_from(detection_config, checkpoint).backbone.state_dict()
+    assert sorted(set(backbone) - set(pretrained)) == []  # missing: a detector weight the checkpoint has not
+    assert sorted(set(pretrained) - set(backbone)) == []  # unexpected: a pretrained weight the detector drops
+    for key, value in pretrained.items():
+        torch.testing.assert_close(backbone[key], value, rtol=0, atol=0, msg=key)
+
+
+def test_the_conditioned_classifier_and_detector_condition_the_same_tokens():
+    """P2's premise: the detector conditions what its backbone was pretrained on, the patch-embedding output."""
+    classification = Config.fromfile(osp.join(DEMO, 'swin-mini-condtok_1xb32-20e_shapes-cls.py')).model.backbone
+    detection = Config.fromfile(osp.join(DEMO, PAIRS[2][1])).model.backbone
+    assert classification.conditioning == detection.conditioning
+    assert (classification.targets, detection.condition_stages) == (('patch_embed', ), (0, ))
+    cls_backbone = build(classification, 'mmpretrain')
+    detection.init_cfg = None
+    det_backbone = build(detection, 'mmdet')
+    det_backbone.load_state_dict(cls_backbone.state_dict())
+    cls_backbone.eval(), det_backbone.eval()
+    image = torch.randn(2, 3, 128, 128, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for ours, theirs in zip(cls_backbone(image), det_backbone(image)):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
