@@ -6,5 +6,4 @@
 #   python tools/train.py configs/demo/mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py
 _base_ = './mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'
 
-pretrained = 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'
-model = dict(backbone=dict(init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(init_cfg=dict(checkpoint='work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth')))

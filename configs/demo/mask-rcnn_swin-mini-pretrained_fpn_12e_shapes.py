@@ -6,9 +6,9 @@
 #       [--cfg-options model.backbone.init_cfg.checkpoint=PATH]
 _base_ = './mask-rcnn_swin-mini_fpn_12e_shapes.py'
 
-pretrained = 'work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth'
 model = dict(
     backbone=dict(
         # mmdet's SwinTransformer.init_weights reads the checkpoint's backbone.* keys itself (the classifier's
         # backbone.*; its head is left out)
-        init_cfg=dict(_delete_=True, type='Pretrained', checkpoint=pretrained)))  # the base's is None
+        init_cfg=dict(_delete_=True,  # the base's is None
+                      type='Pretrained', checkpoint='work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth')))
