@@ -85,3 +85,46 @@ def test_the_conditioned_classifier_and_detector_condition_the_same_tokens():
     with torch.no_grad():
         for ours, theirs in zip(cls_backbone(image), det_backbone(image)):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_an_mmpretrain_swin_t_checkpoint_has_the_coco_detectors_backbone_keys():
+    """Protocol P2 on COCO (configs/suites/coco_protocols_swin-t_1x.py): every weight of the conditioned ImageNet
+    Swin-T's backbone has its place in the conditioned Swin-T Mask R-CNN's, with its shape; the detector's only
+    other weights are the output norms of stages 0-2, which mmpretrain's Swin-T (out_indices=(3,)) does not have."""
+    classification = Config.fromfile(osp.join(REPO_ROOT, 'configs/classification/swin-tiny-condtok_16xb64_in1k.py'))
+    detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py'))
+    detection.model.backbone.init_cfg = None
+    pretrained = build(classification.model.backbone, 'mmpretrain').state_dict()
+    backbone = build(detection.model.backbone, 'mmdet').state_dict()
+    assert sorted(set(pretrained) - set(backbone)) == []
+    assert sorted(set(backbone) - set(pretrained)) == [f'norm{i}.{p}' for i in range(3) for p in ('bias', 'weight')]
+    assert {key: value.shape for key, value in pretrained.items()} == {key: backbone[key].shape for key in pretrained}
+
+
+def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_backbone(tmp_path):
+    """XCiT: the detector wraps mmpretrain's own XCiT (configs/xcit/), whose init_cfg strips the classifier's
+    'backbone.' prefix; shrunk (embedding 48, depth 4) from the configs' structure to build in a second."""
+    condtok_mm.compat.apply()
+    small = dict(embed_dims=48, depth=4, num_heads=4)
+    classification = Config.fromfile(osp.join(REPO_ROOT, 'configs/classification/xcit-medium-24-p16-condtok_8xb128_in1k.py'))
+    classification.model.backbone.backbone.update(small)
+    classification.model.head.in_channels = small['embed_dims']
+    classification.model.data_preprocessor = classification.data_preprocessor
+    classifier = build(classification.model, 'mmpretrain')
+    with torch.no_grad():
+        for tensor in classifier.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(torch.randn_like(tensor))
+    state = classifier.state_dict()
+    checkpoint = str(tmp_path / 'xcit.pth')
+    save_checkpoint(dict(meta=dict(epoch=300), state_dict=state), checkpoint)
+    detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/xcit/mask-rcnn_xcit-s12-p16-condtok_rescale-fpn_ms-crop-3x_coco.py'))
+    detection.model.backbone.backbone.update(small, out_indices=(1, 3))
+    detection.model.backbone.backbone.init_cfg.checkpoint = checkpoint
+    backbone = build(detection.model.backbone, 'mmdet')
+    backbone.init_weights()
+    loaded = backbone.state_dict()
+    pretrained = {key[len('backbone.'):]: value for key, value in state.items() if key.startswith('backbone.')}
+    assert sorted(set(loaded) - set(pretrained)) == [] and sorted(set(pretrained) - set(loaded)) == []
+    for key, value in pretrained.items():
+        torch.testing.assert_close(loaded[key], value, rtol=0, atol=0, msg=key)
