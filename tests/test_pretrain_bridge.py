@@ -1,6 +1,7 @@
 """Protocol P2's bridge from mmpretrain to mmdet: the checkpoint of an mmpretrain classifier (conditioned or not)
 loads as the backbone of our detection configs through their own init_cfg and mmengine's checkpoint loading,
 every weight of it (no backbone key missing, none left over, values equal)."""
+import importlib.util
 import os.path as osp
 
 import pytest
@@ -128,3 +129,55 @@ def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_ba
     assert sorted(set(loaded) - set(pretrained)) == [] and sorted(set(pretrained) - set(loaded)) == []
     for key, value in pretrained.items():
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0, msg=key)
+
+
+def converter():
+    spec = importlib.util.spec_from_file_location(
+        'mmpretrain_vit2vitdet', osp.join(REPO_ROOT, 'tools', 'model_converters', 'mmpretrain_vit2vitdet.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detectors_backbone(tmp_path):
+    """ViT: mmpretrain's VisionTransformer and ViTDetViT (MAE's names) differ in every key: the converter maps each
+    of them, and the detector's own init_cfg then loads every converted weight; only ViTDet's relative position
+    embeddings (not in any ImageNet ViT) keep their initialisation. Shrunk (embedding 48, depth 2) from the configs."""
+    condtok_mm.compat.apply()
+    classification = Config.fromfile(osp.join(REPO_ROOT, 'configs/classification/vit-base-p16-condtok_64xb64_in1k.py'))
+    classification.model.backbone.backbone.arch = dict(embed_dims=48, num_layers=2, num_heads=4, feedforward_channels=192)
+    classification.model.head.update(in_channels=48, hidden_dim=96)
+    classification.model.data_preprocessor = classification.data_preprocessor
+    classifier = build(classification.model, 'mmpretrain')
+    with torch.no_grad():
+        for tensor in classifier.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(torch.randn_like(tensor))
+    state = classifier.state_dict()
+    source, converted = str(tmp_path / 'vit.pth'), str(tmp_path / 'vitdet.pth')
+    save_checkpoint(dict(meta=dict(epoch=300), state_dict=state), source)
+    converter().main([source, converted])
+    detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py'))
+    detection.model.backbone.update(img_size=128, embed_dim=48, depth=2, num_heads=4, window_size=4,
+                                    window_block_indexes=[0])
+    detection.model.backbone.init_cfg.checkpoint = converted
+    backbone = build(detection.model.backbone, 'mmdet')
+    backbone.init_weights()
+    loaded = backbone.state_dict()
+    pretrained = {key[len('backbone.'):]: value for key, value in state.items() if key.startswith('backbone.')}
+    names = {'pos_embed': 'pos_embed', 'patch_embed.projection.weight': 'patch_embed.proj.weight',
+             'patch_embed.projection.bias': 'patch_embed.proj.bias'}
+    for i in range(2):
+        for p in ('weight', 'bias'):
+            names.update({f'layers.{i}.ln1.{p}': f'blocks.{i}.norm1.{p}', f'layers.{i}.ln2.{p}': f'blocks.{i}.norm2.{p}',
+                          f'layers.{i}.attn.qkv.{p}': f'blocks.{i}.attn.qkv.{p}',
+                          f'layers.{i}.attn.proj.{p}': f'blocks.{i}.attn.proj.{p}',
+                          f'layers.{i}.ffn.layers.0.0.{p}': f'blocks.{i}.mlp.fc1.{p}',
+                          f'layers.{i}.ffn.layers.1.{p}': f'blocks.{i}.mlp.fc2.{p}'})
+    # the classification-only weights: the class token and the final norm
+    assert sorted(set(pretrained) - set(names)) == ['cls_token', 'ln1.bias', 'ln1.weight']
+    assert sorted(set(loaded) - set(names.values())) == [f'blocks.{i}.attn.rel_pos_{a}' for i in range(2) for a in 'hw']
+    for theirs, ours in names.items():
+        torch.testing.assert_close(loaded[ours], pretrained[theirs], rtol=0, atol=0, msg=ours)
+    with pytest.raises(ValueError, match=r"keys that have no place in ViTDetViT: \['backbone.layers.0.gamma1'\]"):
+        converter().convert_vit({**state, 'backbone.layers.0.gamma1': torch.ones(48)})
