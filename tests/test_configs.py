@@ -27,6 +27,24 @@ CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py
 CONDITIONING_VARIANTS = {
     'configs/demo/mask-rcnn_swin-mini-condtok-floor_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py', {'model.backbone.conditioning.mode': 'floor'}),
+    # the pretrained-backbone protocols (docs/en/user_guides/protocols.md), each against its drop-in P1
+    'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-ramp_fpn_12e_shapes.py':
+        ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
+         {'custom_hooks': [dict(type='AttentionConditioningHook', interval=50),
+                           dict(type='ConditioningStrengthRampHook', length=100, shape='linear')]}),
+    'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-norm_fpn_12e_shapes.py':
+        ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
+         {'model.backbone.conditioning.control': 'norm_matched'}),
+    'configs/demo/mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py':
+        ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
+         {'model.backbone.init_cfg.checkpoint': 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'}),
+    'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-ramp_fpn_1x_coco.py':
+        ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
+         {'custom_hooks': [dict(type='AttentionConditioningHook', interval=50),
+                           dict(type='ConditioningStrengthRampHook', length=1000, shape='linear')]}),
+    'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-norm_fpn_1x_coco.py':
+        ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
+         {'model.backbone.conditioning.control': 'norm_matched'}),
 }
 
 
@@ -158,7 +176,8 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
 # is: mmdet's COCO schedules are for 8 GPUs x 2 images (ViTDet's for 64 GPUs x 1 image), the demo's for 1 process
 # x 4 images.
 BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
-                    'configs/upernet/': 16, 'configs/vitdet/': 64, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/upernet/': 16, 'configs/vitdet/': 64,
+                    'configs/demo/swin-mini_1xb32': 32, 'configs/demo/swin-mini-condtok_1xb32': 32, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
                     'configs/classification/': 1024}
 
 
