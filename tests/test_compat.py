@@ -460,3 +460,21 @@ def test_tools_test_refuses_a_checkpoint_that_would_run_a_command(shapes_root, t
     assert f'error: Refusing to load the checkpoint {path}: it holds posix.system, ' in result.stderr
     assert 'Traceback' not in result.stderr
     assert not marker.exists()
+
+
+def test_apply_applies_every_fix_of_the_table_in_its_order():
+    assert [fix.name for fix in compat.FIXES] == ['checkpoint_loading', 'cpu_launchers', 'auto_scale_lr',
+                                                  'atomic_checkpoints', 'exact_resume']
+    assert compat.apply() == tuple(fix.name for fix in compat.FIXES)  # this mmengine has every bug
+
+
+def test_auto_scale_lr_scales_the_base_lr_the_log_reports(tmp_path):
+    # two parameter groups (a custom lr_mult), so that the optimizer wrapper tracks base_lr in an extra group
+    runner = Runner.from_cfg(toy_cfg(tmp_path, auto_scale_lr=dict(enable=True, base_batch_size=12),
+                                     optim_wrapper=dict(paramwise_cfg=dict(custom_keys={
+                                         'layers.0': dict(lr_mult=0.1)}))))
+    optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.scale_lr(optim_wrapper, runner.auto_scale_lr)  # as Runner.train does; batch size 3 of 12
+    assert [group['lr'] for group in optim_wrapper.optimizer.param_groups] == pytest.approx(
+        [0.05 * 0.1 / 4] * 2 + [0.05 / 4] * 2)  # layers.0's weight and bias, then layers.2's
+    assert optim_wrapper.base_param_settings['lr'] == pytest.approx(0.05 / 4)
