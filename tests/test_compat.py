@@ -30,6 +30,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from condtok_mm import compat
+from condtok_mm.compat import cpu_launchers
 from conftest import DEMO, REPO_ROOT, data_options, free_port, read_until
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
@@ -198,7 +199,7 @@ def toy_cfg(work_dir, **options):
 @pytest.fixture
 def cpu_only(monkeypatch):
     """The machine as compat sees it: no GPU (also where the tests run on a GPU machine)."""
-    monkeypatch.setattr(compat, 'runs_on_cpu', lambda: True)
+    monkeypatch.setattr(cpu_launchers, 'runs_on_cpu', lambda: True)  # where the launchers look it up
 
 
 @pytest.fixture
@@ -284,17 +285,17 @@ def test_a_gpu_only_init_backend_without_gpu_gets_a_clear_error(cpu_only, torchr
 
 
 def test_with_a_gpu_mmengine_launches_and_wraps_as_before(monkeypatch, torchrun_env):
-    monkeypatch.setattr(compat, 'runs_on_cpu', lambda: False)
+    monkeypatch.setattr(cpu_launchers, 'runs_on_cpu', lambda: False)
     calls = []
-    monkeypatch.setattr(compat, '_upstream_init_dist_pytorch',
+    monkeypatch.setattr(cpu_launchers, '_upstream_init_dist_pytorch',
                         lambda *args, **kwargs: calls.append(('pytorch', args, kwargs)))
-    monkeypatch.setattr(compat, '_upstream_init_dist_slurm',
+    monkeypatch.setattr(cpu_launchers, '_upstream_init_dist_slurm',
                         lambda *args, **kwargs: calls.append(('slurm', args, kwargs)))
-    monkeypatch.setattr(compat, '_upstream_wrap_model',
+    monkeypatch.setattr(cpu_launchers, '_upstream_wrap_model',
                         lambda runner, cfg, model: calls.append(('wrap', cfg)))
     init_dist('pytorch')
     init_dist('slurm', port=1234)
-    compat._wrap_model(Config(dict(distributed=True, cfg={})), None, nn.Linear(1, 1))
+    cpu_launchers._wrap_model(Config(dict(distributed=True, cfg={})), None, nn.Linear(1, 1))
     assert calls == [('pytorch', ('nccl', ), dict(init_backend='torch')),
                      ('slurm', ('nccl', ), dict(port=1234, init_backend='torch')), ('wrap', None)]
 
