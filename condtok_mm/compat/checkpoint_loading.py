@@ -1,18 +1,40 @@
 """Checkpoints load with torch's weights-only unpickler and an allow-list (mends mmengine/runner/checkpoint.py).
 
-mmengine 0.10.7 ``load_from_local`` (runner/checkpoint.py L347) calls ``torch.load`` without ``weights_only``;
-since torch 2.6 the default is ``weights_only=True``, which refuses the HistoryBuffer and numpy objects that
-every Runner checkpoint holds, so ``load_from``, ``--resume`` and ``tools/test.py`` fail with UnpicklingError.
-mmengine's unreleased fix (PR #1670) passes ``weights_only=False``, which lets any .pth run code while it is
-loaded; here torch's weights-only unpickler is kept, allowing exactly the types mmengine checkpoints hold.
+Every way mmengine reads a checkpoint (``load_from``, ``--resume``, ``tools/test.py``,
+``init_cfg=dict(type='Pretrained')``, mmdet's backbones' own ``init_weights``) goes through
+``CheckpointLoader``'s schemes (runner/checkpoint.py L333-533), and each is mended here:
+
+- ``load_from_local`` (L347, local paths) calls ``torch.load`` without ``weights_only``; since torch 2.6 the
+  default is ``weights_only=True``, which refuses the HistoryBuffer and numpy objects that every Runner
+  checkpoint holds, so ``load_from``, ``--resume`` and ``tools/test.py`` fail with UnpicklingError. mmengine's
+  unreleased fix (PR #1670) passes ``weights_only=False``, which lets any .pth run code while it is loaded.
+- ``load_from_http`` (L371 and L379, ``http://``/``https://``) calls ``mmengine.utils.dl_utils.load_url``,
+  which for torch >= 1.7 is ``torch.hub.load_state_dict_from_url`` (utils/dl_utils/hub.py L129), whose default
+  is ``weights_only=False`` (torch 2.14 torch/hub.py L836): a checkpoint from a URL runs its pickle. The
+  ``torchvision://``/``modelzoo://`` (L465), ``open-mmlab://`` (L502) and ``mmcls://`` (L525) schemes resolve
+  a name to a URL and call ``load_from_http``.
+- ``open-mmlab://`` names that resolve to a file in $MMENGINE_HOME (L507), ``s3://``/``petrel://`` (L438) and
+  ``pavi://`` (L415) call ``torch.load`` with torch's default (weights-only since torch 2.6, without the
+  allow-list that mmengine's own checkpoints need).
+
+Here all of them load with torch's weights-only unpickler, allowing exactly the types mmengine checkpoints hold,
+and refuse anything else with :class:`UnsafeCheckpointError`. Downloads land where mmengine puts them
+(torch.hub's cache, ``<torch.hub.get_dir()>/checkpoints``).
 """
+import io
 import os.path as osp
 import pickle
 import re
+import warnings
+from tempfile import TemporaryDirectory
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
+from mmengine.dist import get_dist_info
+from mmengine.fileio import get_file_backend
 from mmengine.logging import HistoryBuffer
+from mmengine.runner import checkpoint as checkpoint_module
 from mmengine.runner.checkpoint import CheckpointLoader
 
 
@@ -63,10 +85,12 @@ def checkpoint_safe_globals() -> list:
     ]
 
 
-def _offending_globals(filename: str, error: pickle.UnpicklingError) -> str:
+def _offending_globals(file, error: pickle.UnpicklingError) -> str:
     """What in a checkpoint torch's weights-only unpickler refused: the classes and functions it names."""
+    if hasattr(file, 'seek'):
+        file.seek(0)
     try:  # every one the file names outside the allow-lists
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(filename)
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(file)
     except ValueError:  # torch's legacy (pre-1.6) file format, which that cannot scan
         unsafe = []
     if unsafe:
@@ -76,18 +100,16 @@ def _offending_globals(filename: str, error: pickle.UnpicklingError) -> str:
     return (found.group(1) or found.group(2)).strip() if found else str(error)
 
 
-def load_from_local(filename, map_location=None):
-    """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
+def _load_weights_only(load, source: str, file):
+    """``load()`` (a torch.load with weights_only=True of ``file``) with the allow-list in effect; a checkpoint
+    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``."""
     with torch.serialization.safe_globals(checkpoint_safe_globals()):
         try:
-            return torch.load(filename, map_location=map_location, weights_only=True)
+            return load()
         except pickle.UnpicklingError as error:
-            offending = _offending_globals(filename, error)
+            offending = _offending_globals(file, error)
             raise UnsafeCheckpointError(
-                f'Refusing to load the checkpoint {filename}: it holds {offending}, which a checkpoint of weights '
+                f'Refusing to load the checkpoint {source}: it holds {offending}, which a checkpoint of weights '
                 'and training state does not need and which could run code while it is loaded. condtok_mm loads '
                 'checkpoints with torch.load(weights_only=True), allowing only tensors, built-in types and those '
                 'of condtok_mm.compat.checkpoint_safe_globals(). Load checkpoints from sources you trust only; to '
@@ -95,6 +117,91 @@ def load_from_local(filename, map_location=None):
                 "torch.save({'state_dict': ...}) the tensors you need.") from None
 
 
+def load_from_local(filename, map_location=None):
+    """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return _load_weights_only(lambda: torch.load(filename, map_location=map_location, weights_only=True),
+                              filename, filename)
+
+
+def _load_url(url, model_dir=None, map_location=None):
+    # torch.hub.load_state_dict_from_url downloads into <hub dir>/checkpoints/<the URL's file name> once, as
+    # mmengine's load_url does; it is asked for weights_only=True here.
+    if model_dir is None:
+        model_dir = osp.join(torch.hub.get_dir(), 'checkpoints')
+    cached_file = osp.join(model_dir, osp.basename(urlparse(url).path))
+    return _load_weights_only(
+        lambda: torch.hub.load_state_dict_from_url(url, model_dir=model_dir, map_location=map_location,
+                                                   weights_only=True), f'{url} (downloaded to {cached_file})',
+        cached_file)
+
+
+def load_from_http(filename, map_location=None, model_dir=None):
+    """mmengine's ``load_from_http`` (``http://``, ``https://``) with safe loading: local rank 0 downloads
+    first, as in mmengine."""
+    rank, world_size = get_dist_info()
+    if rank == 0:
+        checkpoint = _load_url(filename, model_dir=model_dir, map_location=map_location)
+    if world_size > 1:
+        torch.distributed.barrier()
+        if rank > 0:
+            checkpoint = _load_url(filename, model_dir=model_dir, map_location=map_location)
+    return checkpoint
+
+
+def load_from_ceph(filename, map_location=None, backend='petrel'):
+    """mmengine's ``load_from_ceph`` (``s3://``, ``petrel://``, read through petrel_client) with safe loading."""
+    file_backend = get_file_backend(filename, backend_args={'backend': backend})
+    with io.BytesIO(file_backend.get(filename)) as buffer:
+        return _load_weights_only(lambda: torch.load(buffer, map_location=map_location, weights_only=True),
+                                  filename, buffer)
+
+
+def load_from_pavi(filename, map_location=None):
+    """mmengine's ``load_from_pavi`` (``pavi://``, OpenMMLab's model cloud) with safe loading."""
+    assert filename.startswith('pavi://'), f'Expected filename startswith `pavi://`, but get {filename}'
+    try:
+        from pavi import modelcloud
+    except ImportError:
+        raise ImportError(f'Loading {filename} needs pavi, the client of OpenMMLab\'s model cloud, which is not '
+                          'installed (and which needs that service, not reachable offline). Download the '
+                          'checkpoint and give its local path instead.') from None
+    model = modelcloud.get(filename[len('pavi://'):])
+    with TemporaryDirectory() as tmp_dir:
+        downloaded_file = osp.join(tmp_dir, model.name)
+        model.download(downloaded_file)
+        return _load_weights_only(
+            lambda: torch.load(downloaded_file, map_location=map_location, weights_only=True), filename,
+            downloaded_file)
+
+
+def load_from_openmmlab(filename, map_location=None):
+    """mmengine's ``load_from_openmmlab`` (``open-mmlab://NAME``: a URL or a file in $MMENGINE_HOME, from
+    mmengine's open_mmlab.json and $MMENGINE_HOME/open_mmlab.json) with safe loading."""
+    prefix = 'open-mmlab://' if filename.startswith('open-mmlab://') else 'openmmlab://'
+    model_name = filename[len(prefix):]
+    deprecated_names = checkpoint_module.get_deprecated_model_names()
+    if model_name in deprecated_names:
+        warnings.warn(f'{prefix}{model_name} is deprecated in favor of {prefix}{deprecated_names[model_name]}',
+                      DeprecationWarning)
+        model_name = deprecated_names[model_name]
+    model_url = checkpoint_module.get_external_models()[model_name]
+    if model_url.startswith(('http://', 'https://')):
+        return load_from_http(model_url, map_location=map_location)
+    return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
+
+
 def apply() -> None:
     # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_from_http, force=True)
+    CheckpointLoader.register_scheme(prefixes=[r'(\S+\:)?s3://', r'(\S+\:)?petrel://'], loader=load_from_ceph,
+                                     force=True)
+    CheckpointLoader.register_scheme(prefixes='pavi://', loader=load_from_pavi, force=True)
+    CheckpointLoader.register_scheme(prefixes=('open-mmlab://', 'openmmlab://'), loader=load_from_openmmlab,
+                                     force=True)
+    # torchvision://, modelzoo:// and mmcls:// keep mmengine's loaders, which resolve the name to a URL and call
+    # load_from_http by its name in mmengine.runner.checkpoint
+    checkpoint_module.load_from_http = load_from_http
