@@ -14,9 +14,10 @@ is in mmengine 0.10.7, the newest mmengine release when this was written, so eac
 and is skipped, with a log line, on a newer one. The checkpoint loader also needs torch >= 2.6 (``weights_only``
 checks with allow-lists).
 
-- :mod:`.checkpoint_loading`: torch >= 2.6 refuses mmengine's checkpoints (``weights_only``); they load with
-  torch's weights-only unpickler and an allow-list of exactly the types they hold, so that no checkpoint runs
-  code.
+- :mod:`.checkpoint_loading`: torch >= 2.6 refuses mmengine's checkpoints (``weights_only``), and mmengine loads
+  those from a URL with ``weights_only=False``; every checkpoint (local, http(s)://, mmengine's other schemes)
+  loads with torch's weights-only unpickler and an allow-list of exactly the types they hold, so that no
+  checkpoint runs code.
 - :mod:`.cpu_launchers`: distributed runs without a GPU (``torchrun``/``srun`` on CPU machines): mmengine's
   launchers select a CUDA device, default to NCCL and pass ``device_ids`` to DDP. These fixes act only when no
   GPU is available (``mmengine.device.get_device() == 'cpu'``); on GPU machines mmengine's code runs unchanged.
@@ -58,8 +59,9 @@ class Fix(NamedTuple):
 
 
 FIXES = (
-    Fix('checkpoint_loading', 'local checkpoints load under torch >= 2.6 (mmengine <= 0.10.7 loads them with '
-        "torch's default weights_only=True, which refuses its own HistoryBuffer and numpy objects)",
+    Fix('checkpoint_loading', 'checkpoints from local paths, http(s):// and every other mmengine scheme load with '
+        "torch's weights-only unpickler and an allow-list of the types mmengine checkpoints hold (mmengine <= 0.10.7 "
+        "fails on its own checkpoints under torch >= 2.6, and runs the pickle of one from a URL)",
         lambda: mmengine_has_the_bugs() and torch_loads_weights_only(), checkpoint_loading.apply),
     Fix('cpu_launchers', '--launcher pytorch/slurm without a GPU: gloo instead of nccl, no '
         'torch.cuda.set_device, DDP without device_ids', mmengine_has_the_bugs, cpu_launchers.apply),
