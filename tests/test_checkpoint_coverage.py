@@ -9,10 +9,10 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
-from mmengine.runner import save_checkpoint
+from mmengine.runner import Runner, save_checkpoint
 from torch import nn
 
-from conftest import DEMO, REPO_ROOT, data_options
+from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options
 
 VITDET_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet_simple-fpn_12e_shapes.py')
 
@@ -50,18 +50,28 @@ def test_tools_test_stops_on_the_checkpoint_of_another_model(vitdet_checkpoint, 
     assert '--allow-partial-checkpoint' in result.stderr and 'Traceback' not in result.stderr
 
 
-@pytest.mark.slow  # two fresh Python processes that evaluate the 8 val images
-@pytest.mark.parametrize('case', ['--allow-partial-checkpoint', 'matching checkpoint'])
-def test_tools_test_evaluates_a_partial_checkpoint_when_asked_and_a_matching_one(case, vitdet_checkpoint,
-                                                                                shapes_root, tmp_path):
-    if case == 'matching checkpoint':
-        checkpoint, options = str(tmp_path / 'swin.pth'), []
-        save_checkpoint({'state_dict': build_model(DEMO).state_dict(), 'meta': {}}, checkpoint)
-    else:
-        checkpoint, options = vitdet_checkpoint, ['--allow-partial-checkpoint']
-    result = run_test_tool(checkpoint, shapes_root, tmp_path, *options)
+@pytest.mark.slow  # a fresh Python process that evaluates the 8 val images
+def test_tools_test_evaluates_a_partial_checkpoint_when_asked(vitdet_checkpoint, shapes_root, tmp_path):
+    result = run_test_tool(vitdet_checkpoint, shapes_root, tmp_path, '--allow-partial-checkpoint')
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'coco/bbox_mAP' in result.stdout + result.stderr
+
+
+def test_the_check_passes_a_matching_checkpoint_and_stops_another_as_the_runner_loads_it(shapes_root, tmp_path):
+    from condtok_mm.utils.runtime import CheckpointCoverageCheck, PartialCheckpointError
+    cfg = Config.fromfile(DEMO)
+    cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
+    cfg.work_dir = str(tmp_path)
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(CheckpointCoverageCheck('the checkpoint', DEMO), priority='LOWEST')  # as tools/test.py
+    matching = str(tmp_path / 'swin.pth')
+    save_checkpoint({'state_dict': runner.model.state_dict(), 'meta': {}}, matching)
+    runner.load_checkpoint(matching)  # what runner.test() does with load_from
+    other = str(tmp_path / 'other.pth')  # a hand-made checkpoint of other keys
+    save_checkpoint({'state_dict': {'backbone.stem.weight': torch.zeros(8, 3, 3, 3)}, 'meta': {}}, other)
+    with pytest.raises(PartialCheckpointError, match=f'leaves [0-9,]+ of the [0-9,]+ parameters \\(100.0%\\) of the '
+                       f'model of {re.escape(DEMO)} unloaded'):
+        runner.load_checkpoint(other)
 
 
 class TwoLinears(nn.Module):
