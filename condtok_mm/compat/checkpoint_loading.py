@@ -153,7 +153,12 @@ def load_from_http(filename, map_location=None, model_dir=None):
 
 def load_from_ceph(filename, map_location=None, backend='petrel'):
     """mmengine's ``load_from_ceph`` (``s3://``, ``petrel://``, read through petrel_client) with safe loading."""
-    file_backend = get_file_backend(filename, backend_args={'backend': backend})
+    try:
+        file_backend = get_file_backend(filename, backend_args={'backend': backend})
+    except ImportError:  # mmengine's PetrelBackend: 'Please install petrel_client to enable PetrelBackend.'
+        raise ImportError(f'Loading {filename} needs petrel_client, the client of OpenMMLab\'s Ceph storage, which is '
+                          'not installed (and which needs that storage, not reachable offline). Download the '
+                          'checkpoint and give its local path instead.') from None
     with io.BytesIO(file_backend.get(filename)) as buffer:
         return _load_weights_only(lambda: torch.load(buffer, map_location=map_location, weights_only=True),
                                   filename, buffer)

@@ -274,3 +274,12 @@ def test_a_pavi_checkpoint_without_pavi_says_that_it_needs_the_model_cloud(monke
                        r"OpenMMLab's model cloud, .*not reachable offline\). Download the checkpoint and give its "
                        'local path instead'):
         load_checkpoint(nn.Linear(2, 1), 'pavi://bucket/model.pth')
+
+
+def test_an_s3_checkpoint_without_petrel_client_says_that_it_needs_that_storage(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'petrel_client', None)  # not installed (it is not, on most machines)
+    monkeypatch.setattr(fileio_io, 'backend_instances', {})
+    with pytest.raises(ImportError, match=r'Loading s3://bucket/model.pth needs petrel_client, the client of '
+                       r"OpenMMLab's Ceph storage, .*not reachable offline\). Download the checkpoint and give its "
+                       'local path instead'):
+        load_checkpoint(nn.Linear(2, 1), 's3://bucket/model.pth')
