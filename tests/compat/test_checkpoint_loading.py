@@ -244,7 +244,7 @@ def test_every_mmengine_checkpoint_scheme_refuses_a_checkpoint_that_would_run_a_
     directory, url = served
     marker = tmp_path / 'the_command_ran'
     save_a_checkpoint_that_runs(f'touch {marker}', str(directory / 'evil.pth'))
-    # The name lists each scheme resolves names with: torchvision's model_urls (torchvision 0.29 has none left),
+    # The name lists each scheme resolves names with, each given the name 'evil': torchvision's model_urls,
     # mmengine's open_mmlab.json extended by $MMENGINE_HOME/open_mmlab.json (a URL or a file there), mmcls.json.
     monkeypatch.setattr(checkpoint_module, 'get_torchvision_models', lambda: {'evil': f'{url}/evil.pth'})
     mmengine_home = caches / 'mmengine_home'
