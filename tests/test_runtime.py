@@ -1,5 +1,6 @@
 """condtok_mm.utils.runtime: what the tools do to a config before they build the Runner."""
 import logging
+import os.path as osp
 import uuid
 
 import pytest
@@ -7,7 +8,11 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
-from condtok_mm.utils import fall_back_from_amp_on_cpu
+from condtok_mm.utils import check_dataset_files, fall_back_from_amp_on_cpu
+from condtok_mm.utils.runtime import DatasetNotFoundError
+from conftest import DEMO, REPO_ROOT
+
+COCO_CONFIG = osp.join(REPO_ROOT, 'configs', 'swin', 'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
 
 AMP_WARNING = 'AMP needs a GPU and none is available: training in float32 with OptimWrapper instead.'
 
@@ -51,3 +56,33 @@ def test_a_float32_config_is_left_alone_without_gpu(monkeypatch, warnings_logged
     fall_back_from_amp_on_cpu(cfg)
     assert cfg.optim_wrapper == dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.1))
     assert warnings_logged == []
+
+
+def config_with_data_root(config, data_root):
+    cfg = Config.fromfile(config)
+    cfg.merge_from_dict({f'{split}_dataloader.dataset.data_root': data_root for split in ('train', 'val', 'test')})
+    return cfg
+
+
+def test_a_missing_demo_dataset_says_how_to_make_it_wherever_data_root_points(tmp_path):
+    # a shapes config pointed at another folder (tmp_path: neither "shapes" nor "coco" in it)
+    data_root = f"{tmp_path}/elsewhere/"
+    with pytest.raises(DatasetNotFoundError) as error:
+        check_dataset_files(config_with_data_root(DEMO, data_root))
+    assert str(error.value) == (
+        f'The synthetic shapes dataset is missing: {data_root}annotations/instances_train.json does not exist '
+        f"(train_dataloader.dataset: CocoDataset, data_root='{data_root}').\n"
+        f'Create it with `python tools/dataset/make_shapes.py --out-dir {data_root}` (or run `make demo`, which '
+        'creates data/shapes/).')
+
+
+def test_a_missing_coco_says_how_to_get_coco_even_where_its_path_has_shapes_in_it(tmp_path):
+    data_root = f'{tmp_path}/shapes_of_coco/'
+    with pytest.raises(DatasetNotFoundError) as error:
+        check_dataset_files(config_with_data_root(COCO_CONFIG, data_root), splits=('val', ))
+    message = str(error.value)
+    assert message.startswith(f'COCO not found: {data_root}annotations/instances_val2017.json does not exist '
+                              f"(val_dataloader.dataset: CocoDataset, data_root='{data_root}').\nThis config "
+                              'trains and evaluates on COCO 2017. Download it from https://cocodataset.org and '
+                              f'place it at {data_root} with annotations/instances_train2017.json, ')
+    assert 'make_shapes.py' not in message

@@ -19,7 +19,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from 
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
 from condtok_mm.utils import check_dataset_files  # noqa: E402
-from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
+from condtok_mm.utils.runtime import (PARTIAL_CHECKPOINT_LIMIT, CheckpointCoverageCheck,  # noqa: E402
+                                      DatasetNotFoundError, PartialCheckpointError)
 
 
 def parse_args():
@@ -50,6 +51,12 @@ def parse_args():
     parser.add_argument(
         '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none', help='job launcher')
     parser.add_argument('--tta', action='store_true')
+    parser.add_argument(
+        '--allow-partial-checkpoint',
+        action='store_true',
+        help='evaluate even when the checkpoint leaves more than '
+        f'{PARTIAL_CHECKPOINT_LIMIT:.0%} of the model\'s parameters unloaded (missing or of another shape), '
+        'which otherwise stops with an error naming them')
     # When using PyTorch version >= 2.0.0, the `torch.distributed.launch`
     # will pass the `--local-rank` parameter to `tools/train.py` instead
     # of `--local_rank`.
@@ -123,6 +130,8 @@ def main():
         # build customized runner from the registry
         # if 'runner_type' is set in the cfg
         runner = RUNNERS.build(cfg)
+    if not args.allow_partial_checkpoint:
+        runner.register_hook(CheckpointCoverageCheck(args.checkpoint, args.config), priority='LOWEST')
 
     # add `DumpResults` dummy metric
     if args.out is not None:
@@ -132,7 +141,7 @@ def main():
     # start testing
     try:
         runner.test()
-    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+    except (compat.UnsafeCheckpointError, PartialCheckpointError) as error:  # the tested checkpoint
         sys.exit(f'error: {error}')
 
 

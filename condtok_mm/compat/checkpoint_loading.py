@@ -1,0 +1,212 @@
+"""Checkpoints load with torch's weights-only unpickler and an allow-list (mends mmengine/runner/checkpoint.py).
+
+Every way mmengine reads a checkpoint (``load_from``, ``--resume``, ``tools/test.py``,
+``init_cfg=dict(type='Pretrained')``, mmdet's backbones' own ``init_weights``) goes through
+``CheckpointLoader``'s schemes (runner/checkpoint.py L333-533), and each is mended here:
+
+- ``load_from_local`` (L347, local paths) calls ``torch.load`` without ``weights_only``; since torch 2.6 the
+  default is ``weights_only=True``, which refuses the HistoryBuffer and numpy objects that every Runner
+  checkpoint holds, so ``load_from``, ``--resume`` and ``tools/test.py`` fail with UnpicklingError. mmengine's
+  unreleased fix (PR #1670) passes ``weights_only=False``, which lets any .pth run code while it is loaded.
+- ``load_from_http`` (L371 and L379, ``http://``/``https://``) calls ``mmengine.utils.dl_utils.load_url``,
+  which for torch >= 1.7 is ``torch.hub.load_state_dict_from_url`` (utils/dl_utils/hub.py L129), whose default
+  is ``weights_only=False`` (torch 2.14 torch/hub.py L836): a checkpoint from a URL runs its pickle. The
+  ``torchvision://``/``modelzoo://`` (L465), ``open-mmlab://`` (L502) and ``mmcls://`` (L525) schemes resolve
+  a name to a URL and call ``load_from_http``.
+- ``open-mmlab://`` names that resolve to a file in $MMENGINE_HOME (L507), ``s3://``/``petrel://`` (L438) and
+  ``pavi://`` (L415) call ``torch.load`` with torch's default (weights-only since torch 2.6, without the
+  allow-list that mmengine's own checkpoints need).
+
+Here all of them load with torch's weights-only unpickler, allowing exactly the types mmengine checkpoints hold,
+and refuse anything else with :class:`UnsafeCheckpointError`. Downloads land where mmengine puts them
+(torch.hub's cache, ``<torch.hub.get_dir()>/checkpoints``).
+"""
+import io
+import os.path as osp
+import pickle
+import re
+import warnings
+from tempfile import TemporaryDirectory
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+from mmengine.dist import get_dist_info
+from mmengine.fileio import get_file_backend
+from mmengine.logging import HistoryBuffer
+from mmengine.runner import checkpoint as checkpoint_module
+from mmengine.runner.checkpoint import CheckpointLoader
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint holds objects of types outside :func:`checkpoint_safe_globals`: loading it could run code."""
+
+
+# HistoryBuffer's default statistics methods (mmengine 0.10.7 HistoryBuffer._set_default_statistics), which every
+# HistoryBuffer pickles by reference in its state.
+HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+# Numeric numpy types, whose arrays and scalars a checkpoint may hold (HistoryBuffer's history is float64 and its
+# counts int64, numpy's random state uint32; a logged value can be any numpy number).
+NUMPY_NUMBER_TYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                      np.float16, np.float32, np.float64)
+
+
+def _history_buffer_statistic(owner, name: str):
+    """``getattr`` as HistoryBuffer pickles use it, and for nothing else.
+
+    Pickle (protocol 2, torch.save's) writes the method ``HistoryBuffer.min`` as ``getattr(HistoryBuffer,
+    'min')``. Allowing the real getattr would let a pickle reach any attribute of any object it has built
+    (a function's ``__globals__``, a class's registries) and change it.
+    """
+    if owner is HistoryBuffer and name in HISTORY_BUFFER_STATISTICS:
+        return getattr(owner, name)
+    raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r})')  # no HistoryBuffer statistics method
+
+
+def checkpoint_safe_globals() -> list:
+    """The types, besides tensors and Python's built-in containers and numbers, that mmengine checkpoints hold.
+
+    Exactly these: a checkpoint of weights and training state needs nothing else, and any other class or
+    function in a pickle could run code while it is loaded.
+    """
+    multiarray = np._core.multiarray if hasattr(np, '_core') else np.core.multiarray  # numpy 2 / numpy 1
+    return [
+        HistoryBuffer,  # message_hub.log_scalars: the logged losses, learning rates and times
+        (_history_buffer_statistic, 'builtins.getattr'),  # HistoryBuffer's statistics methods, by reference
+        # numpy arrays (HistoryBuffer's history, numpy's random generator state), dtypes and scalars
+        np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar,
+        # the class of each numeric dtype (numpy.dtypes.Float64DType, ...): unpickling a dtype sets its state
+        *(type(np.dtype(scalar_type)) for scalar_type in NUMPY_NUMBER_TYPES),
+        # the same two functions under the names numpy 1.x pickles them by (checkpoints saved with numpy < 2)
+        (multiarray._reconstruct, 'numpy.core.multiarray._reconstruct'),
+        (multiarray.scalar, 'numpy.core.multiarray.scalar'),
+    ]
+
+
+def _offending_globals(file, error: pickle.UnpicklingError) -> str:
+    """What in a checkpoint torch's weights-only unpickler refused: the classes and functions it names."""
+    if hasattr(file, 'seek'):
+        file.seek(0)
+    try:  # every one the file names outside the allow-lists
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(file)
+    except ValueError:  # torch's legacy (pre-1.6) file format, which that cannot scan
+        unsafe = []
+    if unsafe:
+        return ', '.join(unsafe)
+    # the one the unpickler met first (legacy format), or what it refused to build or call
+    found = re.search(r'GLOBAL ([\w.]+)|WeightsUnpickler error:\s*(.+)', str(error))
+    return (found.group(1) or found.group(2)).strip() if found else str(error)
+
+
+def _load_weights_only(load, source: str, file):
+    """``load()`` (a torch.load with weights_only=True of ``file``) with the allow-list in effect; a checkpoint
+    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``."""
+    with torch.serialization.safe_globals(checkpoint_safe_globals()):
+        try:
+            return load()
+        except pickle.UnpicklingError as error:
+            offending = _offending_globals(file, error)
+            raise UnsafeCheckpointError(
+                f'Refusing to load the checkpoint {source}: it holds {offending}, which a checkpoint of weights '
+                'and training state does not need and which could run code while it is loaded. condtok_mm loads '
+                'checkpoints with torch.load(weights_only=True), allowing only tensors, built-in types and those '
+                'of condtok_mm.compat.checkpoint_safe_globals(). Load checkpoints from sources you trust only; to '
+                'use this one anyway, load it yourself with torch.load(path, weights_only=False) and '
+                "torch.save({'state_dict': ...}) the tensors you need.") from None
+
+
+def load_from_local(filename, map_location=None):
+    """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return _load_weights_only(lambda: torch.load(filename, map_location=map_location, weights_only=True),
+                              filename, filename)
+
+
+def _load_url(url, model_dir=None, map_location=None):
+    # torch.hub.load_state_dict_from_url downloads into <hub dir>/checkpoints/<the URL's file name> once, as
+    # mmengine's load_url does; it is asked for weights_only=True here.
+    if model_dir is None:
+        model_dir = osp.join(torch.hub.get_dir(), 'checkpoints')
+    cached_file = osp.join(model_dir, osp.basename(urlparse(url).path))
+    return _load_weights_only(
+        lambda: torch.hub.load_state_dict_from_url(url, model_dir=model_dir, map_location=map_location,
+                                                   weights_only=True), f'{url} (downloaded to {cached_file})',
+        cached_file)
+
+
+def load_from_http(filename, map_location=None, model_dir=None):
+    """mmengine's ``load_from_http`` (``http://``, ``https://``) with safe loading: local rank 0 downloads
+    first, as in mmengine."""
+    rank, world_size = get_dist_info()
+    if rank == 0:
+        checkpoint = _load_url(filename, model_dir=model_dir, map_location=map_location)
+    if world_size > 1:
+        torch.distributed.barrier()
+        if rank > 0:
+            checkpoint = _load_url(filename, model_dir=model_dir, map_location=map_location)
+    return checkpoint
+
+
+def load_from_ceph(filename, map_location=None, backend='petrel'):
+    """mmengine's ``load_from_ceph`` (``s3://``, ``petrel://``, read through petrel_client) with safe loading."""
+    try:
+        file_backend = get_file_backend(filename, backend_args={'backend': backend})
+    except ImportError:  # mmengine's PetrelBackend: 'Please install petrel_client to enable PetrelBackend.'
+        raise ImportError(f'Loading {filename} needs petrel_client, the client of OpenMMLab\'s Ceph storage, which is '
+                          'not installed (and which needs that storage, not reachable offline). Download the '
+                          'checkpoint and give its local path instead.') from None
+    with io.BytesIO(file_backend.get(filename)) as buffer:
+        return _load_weights_only(lambda: torch.load(buffer, map_location=map_location, weights_only=True),
+                                  filename, buffer)
+
+
+def load_from_pavi(filename, map_location=None):
+    """mmengine's ``load_from_pavi`` (``pavi://``, OpenMMLab's model cloud) with safe loading."""
+    assert filename.startswith('pavi://'), f'Expected filename startswith `pavi://`, but get {filename}'
+    try:
+        from pavi import modelcloud
+    except ImportError:
+        raise ImportError(f'Loading {filename} needs pavi, the client of OpenMMLab\'s model cloud, which is not '
+                          'installed (and which needs that service, not reachable offline). Download the '
+                          'checkpoint and give its local path instead.') from None
+    model = modelcloud.get(filename[len('pavi://'):])
+    with TemporaryDirectory() as tmp_dir:
+        downloaded_file = osp.join(tmp_dir, model.name)
+        model.download(downloaded_file)
+        return _load_weights_only(
+            lambda: torch.load(downloaded_file, map_location=map_location, weights_only=True), filename,
+            downloaded_file)
+
+
+def load_from_openmmlab(filename, map_location=None):
+    """mmengine's ``load_from_openmmlab`` (``open-mmlab://NAME``: a URL or a file in $MMENGINE_HOME, from
+    mmengine's open_mmlab.json and $MMENGINE_HOME/open_mmlab.json) with safe loading."""
+    prefix = 'open-mmlab://' if filename.startswith('open-mmlab://') else 'openmmlab://'
+    model_name = filename[len(prefix):]
+    deprecated_names = checkpoint_module.get_deprecated_model_names()
+    if model_name in deprecated_names:
+        warnings.warn(f'{prefix}{model_name} is deprecated in favor of {prefix}{deprecated_names[model_name]}',
+                      DeprecationWarning)
+        model_name = deprecated_names[model_name]
+    model_url = checkpoint_module.get_external_models()[model_name]
+    if model_url.startswith(('http://', 'https://')):
+        return load_from_http(model_url, map_location=map_location)
+    return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
+
+
+def apply() -> None:
+    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_from_http, force=True)
+    CheckpointLoader.register_scheme(prefixes=[r'(\S+\:)?s3://', r'(\S+\:)?petrel://'], loader=load_from_ceph,
+                                     force=True)
+    CheckpointLoader.register_scheme(prefixes='pavi://', loader=load_from_pavi, force=True)
+    CheckpointLoader.register_scheme(prefixes=('open-mmlab://', 'openmmlab://'), loader=load_from_openmmlab,
+                                     force=True)
+    # torchvision://, modelzoo:// and mmcls:// keep mmengine's loaders, which resolve the name to a URL and call
+    # load_from_http by its name in mmengine.runner.checkpoint
+    checkpoint_module.load_from_http = load_from_http
