@@ -23,12 +23,11 @@ if __name__ == '__main__':
     sys.path.insert(0, REPO_ROOT)
 
 import condtok_mm  # noqa: E402,F401  (registration)
-from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe, _first_attention_blocks  # noqa: E402
-from condtok_mm.engine.hooks.attention_conditioning import find_attention_modules  # noqa: E402
-from condtok_mm.engine.hooks.training_dynamics import find_residual_blocks  # noqa: E402
+from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe  # noqa: E402
+from condtok_mm.models.layout import (attention_projections, find_attention_modules,  # noqa: E402
+                                      find_residual_blocks, first_attention_blocks)
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
 from condtok_mm.registry import HOOKS, MODELS  # noqa: E402
-from condtok_mm.spectral import attention_projections  # noqa: E402
 
 GOLDEN = osp.join(REPO_ROOT, 'tests', 'golden', 'layout')
 SMALL_SWIN = dict(embed_dims=16, depths=(1, 1, 2, 1), num_heads=(1, 2, 2, 4), window_size=4, drop_path_rate=0.)
@@ -185,7 +184,7 @@ def spectral_outputs(name):
 
 def finder_names(name):
     backbone = build(FINDER_CASES[name])
-    blocks = _first_attention_blocks(backbone)
+    blocks = first_attention_blocks(backbone)
     names = {id(module): n for n, module in backbone.named_modules()}
     return dict(
         attention_modules=[n for n, _ in find_attention_modules(backbone)],

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 from mmdet.models.backbones import SwinTransformer
 
+from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
@@ -58,12 +59,12 @@ class CondSwinTransformer(SwinTransformer):
         # Parameter-free, so the ModuleDict adds no state-dict keys; one conditioner per stage keeps the
         # per-stage statistics and error messages apart.
         self.conditioners = nn.ModuleDict()
+        first_blocks = first_attention_blocks(self)
         for stage in self.condition_stages:
-            first_block = self.stages[stage].blocks[0]
-            first_attention = first_block.attn  # ShiftWindowMSA, unshifted
+            first_block, window_size, shift_size = first_blocks[stage]  # its attention is unshifted
             conditioner = build_token_conditioner(
                 conditioning, f'{type(self).__name__} stage {stage}',
-                attention_window=(first_attention.window_size, first_attention.shift_size))
+                attention_window=(window_size, shift_size))
             self.conditioners[str(stage)] = conditioner
             if conditioner.position == 'attention_input':
                 first_block.norm1.register_forward_hook(partial(self._condition_attention_input, stage))

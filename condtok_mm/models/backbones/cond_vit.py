@@ -4,6 +4,7 @@ from typing import Optional
 import torch
 
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
+from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
@@ -50,7 +51,7 @@ class CondViT(ViTDetViT):
             raise ValueError('CondViT: condition_after_pos_embed=True but use_abs_pos=False: there is no '
                              'position embedding to condition after')
         self.condition_after_pos_embed = condition_after_pos_embed
-        first_window = self.blocks[0].window_size  # ViTDet's windows are never shifted
+        first_block, first_window, _ = first_attention_blocks(self)[0]  # ViTDet's windows are never shifted
         position = (conditioning or {}).get('position', 'embedding')
         where = {'attention_input': 'block 0 attention input'}.get(
             position, 'position embedding' if condition_after_pos_embed else 'patch embedding')
@@ -63,7 +64,7 @@ class CondViT(ViTDetViT):
             if condition_after_pos_embed:
                 raise ValueError("CondViT: condition_after_pos_embed=True conditions the embedded tokens, "
                                  "position='attention_input' the first block's norm1 output; choose one")
-            self.blocks[0].norm1.register_forward_hook(self._condition_attention_input)
+            first_block.norm1.register_forward_hook(self._condition_attention_input)
         # The valid token grids of the batch being run, for the attention-input hook.
         self._valid_shapes = None
 

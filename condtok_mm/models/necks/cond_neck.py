@@ -1,9 +1,8 @@
 """CondTokNeck: condition each input level's token matrix before any neck."""
 from typing import Optional, Sequence
 
-
-from condtok_mm.models.backbones.cond_wrapper import TransparentWrapper, condition_layout
 from condtok_mm.models.valid_region import batch_valid_region
+from condtok_mm.models.wrappers import TransparentWrapper, condition_layout
 from condtok_mm.registry import MODELS
 
 
