@@ -3,6 +3,7 @@ from typing import Optional
 
 import torch
 
+from condtok_mm.models.arguments import check_conditioning
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
@@ -29,7 +30,7 @@ class CondViT(ViTDetViT):
             window of the first block is conditioned on its own (that block must be a window block);
             window_size defaults to the block's. With ``position='attention_input'`` the conditioner acts
             on the first block's norm1 output (what its attention multiplies, per window in a window
-            block) instead of on the embedded tokens. Default: ``dict(type='TokenConditioner')``.
+            block) instead of on the embedded tokens. A dict or None. Default: ``dict(type='TokenConditioner')``.
         condition_after_pos_embed (bool): False conditions the patch-embedding output, before the
             absolute position embedding is added (the paper: the embedded tokens); True conditions the
             tokens the first block receives, position embedding included. Default: False.
@@ -43,6 +44,7 @@ class CondViT(ViTDetViT):
                  conditioning: Optional[dict] = dict(type='TokenConditioner'),
                  condition_after_pos_embed: bool = False,
                  **kwargs):
+        conditioning = check_conditioning(conditioning, type(self).__name__)
         super().__init__(**kwargs)
         if not isinstance(condition_after_pos_embed, bool):
             raise ValueError(f'CondViT: condition_after_pos_embed={condition_after_pos_embed!r} is '

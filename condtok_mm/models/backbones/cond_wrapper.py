@@ -4,6 +4,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
+from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_names
 from condtok_mm.models.layout import output_token_grid
 from condtok_mm.models.valid_region import BatchValidRegion, batch_valid_region
 from condtok_mm.models.wrappers import TOKEN_LAYOUTS, TransparentWrapper, condition_layout
@@ -48,10 +49,11 @@ class CondTokBackbone(TransparentWrapper):
         conditioning (dict, optional): conditioner config; None disables the conditioning (then the
             outputs are exactly the wrapped backbone's). ``scope='window'`` (with ``window_size``) needs the
             token grid: it works on feature-map outputs and on (tokens, hw_shape) outputs such as mmdet's
-            and mmpretrain's PatchEmbed, and raises on bare (B, N, C) tokens.
+            and mmpretrain's PatchEmbed, and raises on bare (B, N, C) tokens. A dict or None.
             Default: ``dict(type='TokenConditioner')``.
-        targets (Sequence[str]): names of submodules of the wrapped backbone (as in
-            ``named_modules()``) whose outputs are conditioned. Default: ('patch_embed',).
+        targets (Sequence[str]): distinct names of submodules of the wrapped backbone (as in
+            ``named_modules()``) whose outputs are conditioned; empty only with ``conditioning=None``.
+            Default: ('patch_embed',).
         token_layout (str): how to read the targets' output tensors: 'auto' ((B, N, C) for 3-D, (B, C, H, W)
             for 4-D), 'BNC', 'BHWC' or 'BCHW'. Default: 'auto'.
         init_cfg (dict, optional): initialization of the wrapper itself; pretrained weights belong in the
@@ -65,6 +67,9 @@ class CondTokBackbone(TransparentWrapper):
                  token_layout: str = 'auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        conditioning = check_conditioning(conditioning, 'CondTokBackbone')
+        targets = check_names(targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
+        check_conditioned_somewhere(conditioning, targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
         if token_layout not in TOKEN_LAYOUTS:
             raise ValueError(f'CondTokBackbone: token_layout={token_layout!r} is not supported; valid '
                              f'layouts are {", ".join(TOKEN_LAYOUTS)}')
@@ -77,7 +82,7 @@ class CondTokBackbone(TransparentWrapper):
                              f'{", ".join(map(repr, missing))}; its top-level submodules are '
                              f'{", ".join(candidates)}')
         self.token_layout = token_layout
-        self.targets = tuple(targets) if conditioning is not None else ()
+        self.targets = targets if conditioning is not None else ()
         self.conditioners = nn.ModuleDict()
         for target in self.targets:
             conditioner = MODELS.build(conditioning)
