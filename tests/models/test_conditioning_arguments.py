@@ -37,15 +37,17 @@ def swin(**kwargs):
     (dict(type='CondTokNeck', neck=FPN), 'CondTokNeck'),
 ], ids=['swin', 'vit', 'backbone-wrapper', 'neck'])
 def test_conditioning_must_be_a_config_or_none(model, where, conditioning):
-    with pytest.raises(ValueError, match=rf'^{where}: conditioning={re.escape(repr(conditioning))} is invalid; {CONFIG_FIX}$'):
+    message = rf'^{where}: conditioning={re.escape(repr(conditioning))} is invalid; {CONFIG_FIX}$'
+    with pytest.raises(ValueError, match=message):
         build(dict(model, conditioning=conditioning))
 
 
 @pytest.mark.parametrize('stages', [5, '0', (True, ), (0, 0), (4, ), (-1, ), (0.0, ), None],
                          ids=['int', 'str', 'bool', 'repeated', 'past-the-end', 'negative', 'float', 'none'])
 def test_condition_stages_must_be_distinct_stage_indices(stages):
-    with pytest.raises(ValueError, match=rf'^CondSwinTransformer: condition_stages={re.escape(repr(stages))} is invalid; use distinct '
-                                         r'stage indices from \[0, 1, 2, 3\] in a sequence such as \(0, \)'):
+    with pytest.raises(ValueError, match=rf'^CondSwinTransformer: condition_stages={re.escape(repr(stages))} is '
+                                         r'invalid; use distinct stage indices from \[0, 1, 2, 3\] in a sequence '
+                                         r'such as \(0, \)'):
         swin(condition_stages=stages)
 
 
@@ -75,8 +77,8 @@ WRAPPED_SWIN = dict(type='mmdet.SwinTransformer', **SMALL_SWIN)
 @pytest.mark.parametrize('targets', ['patch_embed', 5, ('patch_embed', 'patch_embed'), ('patch_embed', 0)],
                          ids=['one-name', 'int', 'repeated', 'not-a-name'])
 def test_targets_must_be_distinct_submodule_names(targets):
-    with pytest.raises(ValueError, match=rf'^CondTokBackbone: targets={re.escape(repr(targets))} is invalid; use distinct submodule '
-                                         r"names in a sequence such as \('patch_embed', \)$"):
+    with pytest.raises(ValueError, match=rf'^CondTokBackbone: targets={re.escape(repr(targets))} is invalid; use '
+                                         r"distinct submodule names in a sequence such as \('patch_embed', \)$"):
         build(dict(type='CondTokBackbone', backbone=WRAPPED_SWIN, targets=targets))
 
 
@@ -91,8 +93,9 @@ def test_a_wrapper_conditioning_no_target_is_refused():
 
 @pytest.mark.parametrize('levels', [5, (0, 0), ('0', ), (1.0, )], ids=['int', 'repeated', 'str', 'float'])
 def test_neck_levels_must_be_distinct_level_indices(levels):
-    with pytest.raises(ValueError, match=rf'^CondTokNeck: levels={re.escape(repr(levels))} is invalid; use distinct level indices '
-                                         r'\(negative from the last\) in a sequence such as \(0, 2\), or None'):
+    with pytest.raises(ValueError, match=rf'^CondTokNeck: levels={re.escape(repr(levels))} is invalid; use distinct '
+                                         r'level indices \(negative from the last\) in a sequence such as \(0, 2\), '
+                                         r'or None'):
         build(dict(type='CondTokNeck', neck=FPN, levels=levels))
 
 

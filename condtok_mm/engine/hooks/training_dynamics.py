@@ -42,8 +42,9 @@ class TrainingDynamicsHook(Hook):
     """Record, every ``interval`` training iterations, how each transformer block of the backbone is trained.
 
     A block is a pre-norm residual block ``x -> x + a(norm1(x)) -> (.) + m(norm2(.))`` (Swin's and ViT's,
-    found by :func:`condtok_mm.models.layout.find_residual_blocks`). Written to every visualizer backend (``vis_data/scalars.json``)
-    at step ``iteration + 1`` (mmengine's logged iteration), per block (``<block>`` its module path):
+    found by :func:`condtok_mm.models.layout.find_residual_blocks`). Written to every visualizer backend
+    (``vis_data/scalars.json``) at step ``iteration + 1`` (mmengine's logged iteration), per block (``<block>``
+    its module path):
 
     - ``dynamics/stream_rms/<block>``: the root mean square of the residual stream entering the block (its
       norm1 input).
