@@ -12,8 +12,7 @@ from mmdet.testing import demo_mm_inputs
 
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number, condition_tokens
-from condtok_mm.engine.hooks import attention_conditioning
-from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe
+from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe, records
 from condtok_mm.registry import MODELS
 from conftest import REPO_ROOT, free_port, random_tokens, window_matrices
 from test_conditioning import low_precision_check
@@ -93,7 +92,7 @@ def test_hook_reduces_its_values_with_nccl(nccl_group, monkeypatch):
     x = torch.randn(2, 3, 64, 64, device='cuda')
     probe.active = True
     backbone(x)
-    local = dict(probe.values)
+    local = dict(probe.records.values)
     expected = {}
     for key, values in local.items():
         family, quantity, where = key.split('/')
@@ -101,7 +100,7 @@ def test_hook_reduces_its_values_with_nccl(nccl_group, monkeypatch):
         expected[f'{family}/{quantity}_max/{where}'] = float(torch.cat(values).max())
     # The reduction runs where more than one rank records; NCCL allows one rank per GPU, so this one rank
     # takes that path in a group of one: the sums and maxima over one rank are its own.
-    monkeypatch.setattr(attention_conditioning, 'get_world_size', lambda: 2)
+    monkeypatch.setattr(records, 'get_world_size', lambda: 2)
     reduced = probe.reduce()
     assert reduced.keys() == expected.keys()
     for key, value in expected.items():

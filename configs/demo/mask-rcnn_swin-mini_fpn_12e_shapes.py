@@ -2,12 +2,10 @@
 # heads, 128x128 images) and trained from scratch on the embedded synthetic shapes dataset, so that
 # `make demo` trains and evaluates on 2 CPU cores in minutes. Create the data with
 # `python tools/dataset/make_shapes.py` (make demo does it).
-_base_ = '../swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'
+_base_ = ['../swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py', './_base_/shapes.py']
 
-data_root = 'data/shapes/'
-metainfo = dict(
-    classes=('circle', 'square', 'triangle', 'star'),
-    palette=[(220, 20, 60), (0, 128, 255), (0, 200, 0), (255, 200, 0)])
+data_root = _base_.shapes.data_root
+metainfo = _base_.shapes.metainfo
 image_size = (128, 128)
 num_classes = len(metainfo['classes'])
 embed_dims = 32
@@ -62,26 +60,12 @@ test_pipeline = [
         type='PackDetInputs',
         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
-train_dataloader = dict(
-    batch_size=4,
-    num_workers=1,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=4,
-    num_workers=1,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_val.json',
-        data_prefix=dict(img='val/'),
-        pipeline=test_pipeline))
+train_dataloader = _base_.shapes.train_dataloader
+train_dataloader.dataset.pipeline = train_pipeline
+val_dataloader = _base_.shapes.val_dataloader
+val_dataloader.dataset.pipeline = test_pipeline
 test_dataloader = val_dataloader
-val_evaluator = dict(type='FastCocoMetric', ann_file=data_root + 'annotations/instances_val.json')
+val_evaluator = _base_.shapes.val_evaluator
 test_evaluator = val_evaluator
 
 max_epochs = 12
@@ -97,3 +81,5 @@ auto_scale_lr = dict(enable=False, base_batch_size=4)  # lr 1e-3 is for 1 proces
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(interval=4, max_keep_ckpts=2))
+
+del _base_.shapes  # taken apart above; see configs/demo/_base_/shapes.py

@@ -3,12 +3,10 @@
 # embedded synthetic shapes dataset, so that it trains and evaluates on 2 CPU cores in minutes. Everything
 # else is the recipe: ViTDetFPN, layer-wise LR decay, LSJ, AMP (float32 on a CPU). Create the data with
 # `python tools/dataset/make_shapes.py --out-dir data/shapes/`.
-_base_ = '../vitdet/mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py'
+_base_ = ['../vitdet/mask-rcnn_vit-b-vitdet_simple-fpn_lsj-100e_coco.py', './_base_/shapes.py']
 
-data_root = 'data/shapes/'
-metainfo = dict(
-    classes=('circle', 'square', 'triangle', 'star'),
-    palette=[(220, 20, 60), (0, 128, 255), (0, 200, 0), (255, 200, 0)])
+data_root = _base_.shapes.data_root
+metainfo = _base_.shapes.metainfo
 image_size = (128, 128)
 num_classes = len(metainfo['classes'])
 embed_dim = 96
@@ -83,26 +81,12 @@ test_pipeline = [
         type='PackDetInputs',
         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
-train_dataloader = dict(
-    batch_size=4,
-    num_workers=1,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=4,
-    num_workers=1,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_val.json',
-        data_prefix=dict(img='val/'),
-        pipeline=test_pipeline))
+train_dataloader = _base_.shapes.train_dataloader
+train_dataloader.dataset.pipeline = train_pipeline
+val_dataloader = _base_.shapes.val_dataloader
+val_dataloader.dataset.pipeline = test_pipeline
 test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+val_evaluator = _base_.shapes.val_evaluator
 test_evaluator = val_evaluator
 
 # Epochs instead of ViTDet's iterations: 50 iterations per epoch here.
@@ -119,3 +103,5 @@ default_hooks = dict(
     checkpoint=dict(by_epoch=True, interval=4, max_keep_ckpts=2))
 log_processor = dict(by_epoch=True)
 auto_scale_lr = dict(base_batch_size=4)
+
+del _base_.shapes  # taken apart above; see configs/demo/_base_/shapes.py

@@ -2,12 +2,10 @@
 # Swin, small heads, 128x128 images) and trained from scratch on the semantic label maps of the embedded
 # synthetic shapes dataset (`python tools/dataset/make_shapes.py` writes data/shapes/semantic/). Train with
 # mmseg's own tools/train.py (or `mim train mmseg`): the config's custom_imports load condtok_mm.
-_base_ = '../upernet/upernet_swin-t-p4-w7_8xb2-160k_ade20k-512x512.py'
+_base_ = ['../upernet/upernet_swin-t-p4-w7_8xb2-160k_ade20k-512x512.py', './_base_/shapes.py']
 
-data_root = 'data/shapes/'
-metainfo = dict(
-    classes=('background', 'circle', 'square', 'triangle', 'star'),
-    palette=[(0, 0, 0), (220, 20, 60), (0, 128, 255), (0, 200, 0), (255, 200, 0)])
+data_root = _base_.shapes.data_root
+metainfo = _base_.shapes.semantic_metainfo
 image_size = (128, 128)
 num_classes = len(metainfo['classes'])
 embed_dims = 32
@@ -35,18 +33,15 @@ test_pipeline = [
     dict(type='LoadAnnotations', reduce_zero_label=False),
     dict(type='PackSegInputs')
 ]
-dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=metainfo, img_suffix='.png',
-               seg_map_suffix='.png', reduce_zero_label=False)
+dataset = _base_.shapes.semantic_dataset
 train_dataloader = dict(
     batch_size=4,
     num_workers=1,
-    dataset=dict(_delete_=True, **dataset, data_prefix=dict(img_path='train/', seg_map_path='semantic/train/'),
-                 pipeline=train_pipeline))
+    dataset=dict(_delete_=True, **dataset, data_prefix=_base_.shapes.semantic_train_prefix, pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=4,
     num_workers=1,
-    dataset=dict(_delete_=True, **dataset, data_prefix=dict(img_path='val/', seg_map_path='semantic/val/'),
-                 pipeline=test_pipeline))
+    dataset=dict(_delete_=True, **dataset, data_prefix=_base_.shapes.semantic_val_prefix, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 max_iters = 200
@@ -60,3 +55,5 @@ optim_wrapper = dict(optimizer=dict(lr=1e-3))
 auto_scale_lr = dict(enable=False, base_batch_size=4)  # lr 1e-3 is for 1 process x 4 images
 
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=max_iters))
+
+del _base_.shapes  # taken apart above; see configs/demo/_base_/shapes.py

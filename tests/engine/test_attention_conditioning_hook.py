@@ -13,7 +13,8 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
-from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe, find_attention_modules
+from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe
+from condtok_mm.models.layout import find_attention_modules
 from condtok_mm.registry import HOOKS, MODELS
 from condtok_mm.models.valid_region import record_valid_region
 from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options, free_port, window_matrices
@@ -257,9 +258,9 @@ def _reduce_different_keys(rank, world_size, port, results):
                             timeout=datetime.timedelta(seconds=30))  # a mismatched collective fails, never hangs
     try:
         probe = ConditioningProbe(torch.nn.Identity())
-        probe._add('kappa/tokens_in/stage0', torch.tensor([1.0 + rank, 3.0]))
+        probe.records.add('kappa/tokens_in/stage0', torch.tensor([1.0 + rank, 3.0]))
         if rank == 1:  # e.g. only this rank's attention matrices were small enough to record
-            probe._add('kappa/attn_softmax/layer00', torch.tensor([5.0, 7.0, 9.0]))
+            probe.records.add('kappa/attn_softmax/layer00', torch.tensor([5.0, 7.0, 9.0]))
         results[rank] = probe.reduce()
     finally:
         dist.destroy_process_group()

@@ -19,7 +19,8 @@ from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
 import condtok_mm  # noqa: F401  (registration)
-from condtok_mm.engine.hooks.training_dynamics import TrainingDynamicsHook, find_residual_blocks
+from condtok_mm.engine.hooks.training_dynamics import TrainingDynamicsHook
+from condtok_mm.models.layout import find_residual_blocks
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.registry import HOOKS
 from conftest import DEMO, REPO_ROOT, run_tool

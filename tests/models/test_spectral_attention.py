@@ -10,7 +10,7 @@ from mmengine.registry import init_default_scope
 
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
-from condtok_mm.spectral import attention_projections
+from condtok_mm.models.layout import attention_projections
 
 LAM = 10.0
 SWIN = dict(type='SwinTransformer', embed_dims=32, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], window_size=4,

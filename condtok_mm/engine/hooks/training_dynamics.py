@@ -10,38 +10,13 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 
-from condtok_mm.engine.hooks.attention_conditioning import find_attention_modules
+from condtok_mm.models.layout import block_norms, find_attention_modules, find_residual_blocks
 from condtok_mm.registry import HOOKS
 
-# The two norms of a pre-norm transformer block: mmdet/mmpretrain Swin and ViTDet name them norm1/norm2,
-# mmpretrain's ViT layers ln1/ln2.
-NORM_NAMES = (('norm1', 'norm2'), ('ln1', 'ln2'))
 BLOCK_QUANTITIES = ('stream_rms', 'attn_update_ratio', 'mlp_update_ratio', 'attn_entropy', 'grad_norm')
 # per block: sums reduced across ranks before the ratios are taken
 _SUMS = ('stream_sq', 'stream_count', 'attn_update_sq', 'mlp_stream_sq', 'mlp_update_sq', 'entropy_sum',
          'entropy_count')
-
-
-def _norms_of(module: nn.Module) -> Optional[Tuple[nn.Module, nn.Module]]:
-    for first, second in NORM_NAMES:
-        norm1, norm2 = getattr(module, first, None), getattr(module, second, None)
-        if isinstance(norm1, nn.Module) and isinstance(norm2, nn.Module):
-            return norm1, norm2
-    return None
-
-
-def find_residual_blocks(backbone: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """(name, block) of the pre-norm transformer blocks of a backbone, in forward order: the modules with two
-    norms (norm1/norm2 or ln1/ln2) that hold exactly one attention module (:func:`find_attention_modules`);
-    exactly one, because Swin's backbone itself has output norms named norm1 and norm2. Names are module
-    paths without CondTokBackbone's ``wrapped.`` prefix (e.g. ``stages.0.blocks.1``, ``blocks.3``)."""
-    attention_names = [name for name, _ in find_attention_modules(backbone)]
-    blocks = []
-    for name, module in backbone.named_modules():
-        if name and _norms_of(module) is not None \
-                and sum(attention.startswith(name + '.') for attention in attention_names) == 1:
-            blocks.append((name, module))
-    return [(name[len('wrapped.'):] if name.startswith('wrapped.') else name, block) for name, block in blocks]
 
 
 class _BlockRecording:
@@ -67,8 +42,9 @@ class TrainingDynamicsHook(Hook):
     """Record, every ``interval`` training iterations, how each transformer block of the backbone is trained.
 
     A block is a pre-norm residual block ``x -> x + a(norm1(x)) -> (.) + m(norm2(.))`` (Swin's and ViT's,
-    found by :func:`find_residual_blocks`). Written to every visualizer backend (``vis_data/scalars.json``)
-    at step ``iteration + 1`` (mmengine's logged iteration), per block (``<block>`` its module path):
+    found by :func:`condtok_mm.models.layout.find_residual_blocks`). Written to every visualizer backend
+    (``vis_data/scalars.json``) at step ``iteration + 1`` (mmengine's logged iteration), per block (``<block>``
+    its module path):
 
     - ``dynamics/stream_rms/<block>``: the root mean square of the residual stream entering the block (its
       norm1 input).
@@ -158,7 +134,7 @@ class TrainingDynamicsHook(Hook):
         self._grad_sq = None
         for name, block in self.blocks:
             recording = self._recordings[name]
-            norm1, norm2 = _norms_of(block)
+            norm1, norm2 = block_norms(block)
             self._handles += [
                 norm1.register_forward_pre_hook(self._norm1_hook(recording)),
                 norm2.register_forward_pre_hook(self._norm2_hook(recording)),

@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 from mmdet.models.backbones import SwinTransformer
 
+from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_indices
+from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
@@ -31,11 +33,13 @@ class CondSwinTransformer(SwinTransformer):
             ``scope='window'`` each window of the stage's first (unshifted) attention block is
             conditioned on its own; window_size and shift_size default to that block's. With
             ``position='attention_input'`` the conditioner acts on the norm1 output of the stage's first
-            block (what its attention multiplies) instead of on the stage input.
+            block (what its attention multiplies) instead of on the stage input. A dict or None.
             Default: ``dict(type='TokenConditioner')``.
         condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
             absolute position embedding (the paper: before the first transformer block); i in 1..3 is the
-            input of stage i, i.e. the output of the preceding patch merging. Default: (0,).
+            input of stage i, i.e. the output of the preceding patch merging. Distinct stage indices; empty
+            only with ``conditioning=None`` (a conditioning config with no stage is refused, since it would
+            build the unconditioned backbone). Default: (0,).
         **kwargs: every argument of SwinTransformer (pretrain_img_size, in_channels, embed_dims,
             patch_size, window_size, mlp_ratio, depths, num_heads, strides, out_indices, qkv_bias,
             qk_scale, patch_norm, drop_rate, attn_drop_rate, drop_path_rate, use_abs_pos_embed, act_cfg,
@@ -46,24 +50,22 @@ class CondSwinTransformer(SwinTransformer):
                  conditioning: Optional[dict] = dict(type='TokenConditioner'),
                  condition_stages: Sequence[int] = (0,),
                  **kwargs):
+        where = type(self).__name__
+        conditioning = check_conditioning(conditioning, where)
         super().__init__(**kwargs)
-        num_stages = len(self.stages)
-        stages = tuple(condition_stages)
-        invalid = [s for s in stages if not isinstance(s, int) or not 0 <= s < num_stages]
-        if invalid or len(set(stages)) != len(stages):
-            raise ValueError(f'CondSwinTransformer: condition_stages={condition_stages!r} is invalid; use '
-                             f'distinct stage indices from {list(range(num_stages))} (0 = patch-embedding '
-                             'output, i = input of stage i)')
+        stages = check_indices(condition_stages, 'condition_stages', len(self.stages), where, 'stage indices',
+                               '(0, ) (0 = patch-embedding output, i = input of stage i)')
+        check_conditioned_somewhere(conditioning, stages, 'condition_stages', where, '(0, )')
         self.condition_stages = stages if conditioning is not None else ()
         # Parameter-free, so the ModuleDict adds no state-dict keys; one conditioner per stage keeps the
         # per-stage statistics and error messages apart.
         self.conditioners = nn.ModuleDict()
+        first_blocks = first_attention_blocks(self)
         for stage in self.condition_stages:
-            first_block = self.stages[stage].blocks[0]
-            first_attention = first_block.attn  # ShiftWindowMSA, unshifted
+            first_block, window_size, shift_size = first_blocks[stage]  # its attention is unshifted
             conditioner = build_token_conditioner(
                 conditioning, f'{type(self).__name__} stage {stage}',
-                attention_window=(first_attention.window_size, first_attention.shift_size))
+                attention_window=(window_size, shift_size))
             self.conditioners[str(stage)] = conditioner
             if conditioner.position == 'attention_input':
                 first_block.norm1.register_forward_hook(partial(self._condition_attention_input, stage))

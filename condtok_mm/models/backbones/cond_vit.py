@@ -3,7 +3,9 @@ from typing import Optional
 
 import torch
 
+from condtok_mm.models.arguments import check_conditioning
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
+from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
@@ -28,7 +30,7 @@ class CondViT(ViTDetViT):
             window of the first block is conditioned on its own (that block must be a window block);
             window_size defaults to the block's. With ``position='attention_input'`` the conditioner acts
             on the first block's norm1 output (what its attention multiplies, per window in a window
-            block) instead of on the embedded tokens. Default: ``dict(type='TokenConditioner')``.
+            block) instead of on the embedded tokens. A dict or None. Default: ``dict(type='TokenConditioner')``.
         condition_after_pos_embed (bool): False conditions the patch-embedding output, before the
             absolute position embedding is added (the paper: the embedded tokens); True conditions the
             tokens the first block receives, position embedding included. Default: False.
@@ -42,6 +44,7 @@ class CondViT(ViTDetViT):
                  conditioning: Optional[dict] = dict(type='TokenConditioner'),
                  condition_after_pos_embed: bool = False,
                  **kwargs):
+        conditioning = check_conditioning(conditioning, type(self).__name__)
         super().__init__(**kwargs)
         if not isinstance(condition_after_pos_embed, bool):
             raise ValueError(f'CondViT: condition_after_pos_embed={condition_after_pos_embed!r} is '
@@ -50,7 +53,7 @@ class CondViT(ViTDetViT):
             raise ValueError('CondViT: condition_after_pos_embed=True but use_abs_pos=False: there is no '
                              'position embedding to condition after')
         self.condition_after_pos_embed = condition_after_pos_embed
-        first_window = self.blocks[0].window_size  # ViTDet's windows are never shifted
+        first_block, first_window, _ = first_attention_blocks(self)[0]  # ViTDet's windows are never shifted
         position = (conditioning or {}).get('position', 'embedding')
         where = {'attention_input': 'block 0 attention input'}.get(
             position, 'position embedding' if condition_after_pos_embed else 'patch embedding')
@@ -63,7 +66,7 @@ class CondViT(ViTDetViT):
             if condition_after_pos_embed:
                 raise ValueError("CondViT: condition_after_pos_embed=True conditions the embedded tokens, "
                                  "position='attention_input' the first block's norm1 output; choose one")
-            self.blocks[0].norm1.register_forward_hook(self._condition_attention_input)
+            first_block.norm1.register_forward_hook(self._condition_attention_input)
         # The valid token grids of the batch being run, for the attention-input hook.
         self._valid_shapes = None
 

@@ -5,9 +5,10 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
-from condtok_mm.models.backbones.cond_wrapper import TransparentWrapper
+from condtok_mm.models.layout import attention_projections
+from condtok_mm.models.wrappers import TransparentWrapper
 from condtok_mm.registry import MODELS
-from condtok_mm.spectral import add_scaled_identity, attention_projections
+from condtok_mm.spectral import add_scaled_identity
 
 
 @MODELS.register_module()
@@ -56,14 +57,6 @@ class SpectralAttentionBackbone(TransparentWrapper):
 
     def _shift(self, linear: nn.Linear, args: tuple, output: torch.Tensor) -> torch.Tensor:
         return add_scaled_identity(output, args[0], self.lam) if self.lam else output
-
-    def forward(self, *args, **kwargs):
-        return self.wrapped(*args, **kwargs)
-
-    def train(self, mode: bool = True):
-        # some wrapped backbones (mmdet's SwinTransformer) override train() and return None
-        super().train(mode)
-        return self
 
     def extra_repr(self) -> str:
         return f'lam={self.lam}, {len(self.projections)} projections'

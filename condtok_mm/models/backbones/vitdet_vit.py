@@ -18,40 +18,11 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.runner.checkpoint import CheckpointLoader
 
+from condtok_mm.models.layout import window_partition, window_unpartition
 from condtok_mm.registry import MODELS
 
 # Keys of an MAE-pretrained ViT that ViTDet does not use (the class token, the final norm, the MAE decoder).
 MAE_ONLY_KEY_PREFIXES = ('cls_token', 'mask_token', 'norm.', 'fc_norm.', 'head.', 'decoder_')
-
-
-def window_partition(x: torch.Tensor, window_size: int) -> Tuple[torch.Tensor, Tuple[int, int]]:
-    """Cut a (B, H, W, C) grid into (B * num_windows, window_size, window_size, C) windows.
-
-    The grid is padded with zeros at the bottom and right to a multiple of the window size first; the
-    padded tokens take part in the attention of the border windows, as in ViTDet.
-
-    Returns:
-        tuple: the windows and the padded grid size (Hp, Wp).
-    """
-    batch, height, width, channels = x.shape
-    pad_h = -height % window_size
-    pad_w = -width % window_size
-    x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    padded_h, padded_w = height + pad_h, width + pad_w
-    windows = x.view(batch, padded_h // window_size, window_size, padded_w // window_size, window_size,
-                     channels).permute(0, 1, 3, 2, 4, 5)
-    return windows.reshape(-1, window_size, window_size, channels), (padded_h, padded_w)
-
-
-def window_unpartition(windows: torch.Tensor, window_size: int, padded_hw: Tuple[int, int],
-                       hw: Tuple[int, int]) -> torch.Tensor:
-    """Inverse of :func:`window_partition`: (B * num_windows, ws, ws, C) back to (B, H, W, C), unpadded."""
-    padded_h, padded_w = padded_hw
-    rows, cols = padded_h // window_size, padded_w // window_size
-    batch = windows.shape[0] // (rows * cols)
-    x = windows.view(batch, rows, cols, window_size, window_size, -1).permute(0, 1, 3, 2, 4, 5)
-    x = x.reshape(batch, padded_h, padded_w, -1)
-    return x[:, :hw[0], :hw[1]].contiguous()
 
 
 def relative_position_table(rel_pos: torch.Tensor, size: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """CondTokNeck: condition each input level's token matrix before any neck."""
 from typing import Optional, Sequence
 
-
-from condtok_mm.models.backbones.cond_wrapper import TransparentWrapper, condition_layout
+from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_indices
 from condtok_mm.models.valid_region import batch_valid_region
+from condtok_mm.models.wrappers import TransparentWrapper, condition_layout
 from condtok_mm.registry import MODELS
 
 
@@ -22,9 +22,9 @@ class CondTokNeck(TransparentWrapper):
         neck (dict): config of the wrapped neck, e.g. ``dict(type='FPN', ...)``.
         conditioning (dict, optional): conditioner config; None disables it. With
             ``scope='window'`` (and ``window_size``) each level's map is conditioned window by window.
-            Default: ``dict(type='TokenConditioner')``.
-        levels (Sequence[int], optional): indices of the input levels to condition; None: all.
-            Default: None.
+            A dict or None. Default: ``dict(type='TokenConditioner')``.
+        levels (Sequence[int], optional): distinct indices of the input levels to condition (negative
+            ones count from the last); None: all; empty only with ``conditioning=None``. Default: None.
         token_layout (str): layout of the input tensors, 'BCHW' (feature maps, the default), 'BHWC' or
             'BNC'.
         init_cfg (dict, optional): initialization of the wrapper itself. Default: None.
@@ -37,11 +37,16 @@ class CondTokNeck(TransparentWrapper):
                  token_layout: str = 'BCHW',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        conditioning = check_conditioning(conditioning, 'CondTokNeck')
+        if levels is not None:
+            levels = check_indices(levels, 'levels', None, 'CondTokNeck', 'level indices (negative from the last)',
+                                   '(0, 2), or None for every level')
+            check_conditioned_somewhere(conditioning, levels, 'levels', 'CondTokNeck', '(0, ) or levels=None')
         if token_layout not in ('BNC', 'BHWC', 'BCHW'):
             raise ValueError(f'CondTokNeck: token_layout={token_layout!r} is not supported; valid layouts '
                              'are BNC, BHWC, BCHW')
         self.wrapped = MODELS.build(neck)
-        self.levels = None if levels is None else tuple(levels)
+        self.levels = levels
         self.token_layout = token_layout
         self.conditioner = MODELS.build(conditioning) if conditioning is not None else None
         if self.conditioner is not None:

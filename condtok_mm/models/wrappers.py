@@ -1,0 +1,94 @@
+"""What the generic wrappers share: a state dict with the wrapped module's keys, and conditioning a tensor of
+tokens in whichever layout the wrapped module produces.
+
+:class:`TransparentWrapper` is the base of CondTokBackbone, SpectralAttentionBackbone and CondTokNeck;
+:func:`condition_layout` is how CondTokBackbone's hooks and CondTokNeck condition what they are given.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.model import BaseModule
+
+from condtok_mm.models.valid_region import BatchValidRegion, valid_token_shapes
+
+__all__ = ['TransparentWrapper', 'TOKEN_LAYOUTS', 'condition_layout']
+
+TOKEN_LAYOUTS = ('auto', 'BNC', 'BHWC', 'BCHW')
+
+
+class TransparentWrapper(BaseModule):
+    """A module around ``self.wrapped`` whose state dict has exactly the wrapped module's keys.
+
+    Checkpoints of the wrapped module (and detectors' checkpoints, through ``load_from``) then load with
+    no key remapping, and the wrapper's own checkpoints load into the unwrapped module. A subclass sets
+    ``self.wrapped`` in its ``__init__``; its forward is the wrapped module's unless it overrides it.
+
+    Args:
+        init_cfg (dict, optional): initialization of the wrapper itself; pretrained weights belong in the
+            wrapped module's ``init_cfg``. Default: None.
+    """
+
+    def __init__(self, init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self._register_state_dict_hook(self._strip_wrapped_prefix)
+        self._register_load_state_dict_pre_hook(self._add_wrapped_prefix)
+
+    @staticmethod
+    def _strip_wrapped_prefix(module, state_dict, prefix, local_metadata):
+        inner = prefix + 'wrapped.'
+        for key in [k for k in state_dict if k.startswith(inner)]:
+            state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+        return state_dict
+
+    @staticmethod
+    def _add_wrapped_prefix(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                            error_msgs):
+        for key in [k for k in state_dict if k.startswith(prefix)
+                    and not k.startswith(prefix + 'wrapped.')]:
+            state_dict[prefix + 'wrapped.' + key[len(prefix):]] = state_dict.pop(key)
+
+    def forward(self, *args, **kwargs):
+        return self.wrapped(*args, **kwargs)
+
+
+def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
+                     hw_shape: Optional[Tuple[int, int]] = None,
+                     region: Optional[BatchValidRegion] = None) -> torch.Tensor:
+    """Condition each image's token matrix of a tensor in one of TOKEN_LAYOUTS; same layout back.
+
+    'auto' reads a 3-D tensor as (B, N, C) and a 4-D tensor as (B, C, H, W), PyTorch's convention for
+    feature maps; channel-last maps (B, H, W, C), such as ViTDet's patch embedding, need 'BHWC'. The token
+    grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
+    With the batch's valid ``region`` each image is conditioned on its valid tokens only.
+    """
+    if layout == 'auto':
+        if tokens.dim() not in (3, 4):
+            raise ValueError(f'{conditioner.location}: cannot read a {tokens.dim()}-D tensor of shape '
+                             f'{tuple(tokens.shape)} as tokens; expected (B, N, C) or (B, C, H, W)')
+        layout = 'BNC' if tokens.dim() == 3 else 'BCHW'
+    if tokens.dim() != len(layout):
+        raise ValueError(f'{conditioner.location}: token_layout={layout!r} does not fit a tensor of shape '
+                         f'{tuple(tokens.shape)}; valid layouts are {", ".join(TOKEN_LAYOUTS)}')
+    if layout == 'BNC':
+        if hw_shape is None and getattr(conditioner, 'scope', 'image') == 'window':
+            raise ValueError(f"{conditioner.location}: scope='window' needs the token grid, and this output "
+                             f'is (B, N, C) tokens {tuple(tokens.shape)} without an (H, W) beside them; '
+                             "condition a submodule whose output is a feature map (token_layout 'BHWC' or "
+                             "'BCHW') or a (tokens, hw_shape) tuple such as mmdet's and mmpretrain's "
+                             "PatchEmbed, or use scope='image'")
+        if hw_shape is None:
+            if region is not None and any(shape != region.batch_hw for shape in region.img_shapes):
+                raise ValueError(f'{conditioner.location}: this batch is padded, and (B, N, C) tokens '
+                                 f'{tuple(tokens.shape)} without an (H, W) beside them do not say which '
+                                 'tokens are padding; condition a submodule whose output is a feature map '
+                                 "(token_layout 'BHWC' or 'BCHW') or a (tokens, hw_shape) tuple")
+            return conditioner(tokens)
+        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape))
+    if layout == 'BHWC':
+        b, h, w, c = tokens.shape
+        return conditioner(tokens.reshape(b, h * w, c), (h, w),
+                           valid_token_shapes(region, (h, w))).reshape(b, h, w, c)
+    b, c, h, w = tokens.shape
+    matrix = tokens.flatten(2).transpose(1, 2)
+    return conditioner(matrix, (h, w), valid_token_shapes(region, (h, w))).transpose(1, 2).reshape(b, c, h, w)
