@@ -1,6 +1,7 @@
 import argparse
 import glob
 import math
+import os
 import os.path as osp
 import shutil
 import queue
@@ -74,13 +75,36 @@ def window_matrices(grid, window_size):
             for top in range(0, h, window_size) for left in range(0, w, window_size)}
 
 
+def made_once(tmp_path_factory, name, make):
+    """The folder ``name`` filled by ``make(folder)`` once per test run, shared by the pytest-xdist workers.
+
+    Each worker has its own base temp folder; their parent is the run's, so the first worker to need the folder
+    makes it there under a file lock and the others wait for it and reuse it. A ``done`` mark is written last, so
+    a folder left half-made by a crashed worker is made again.
+    """
+    import filelock  # a dependency of torch
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        root = root.parent
+    folder = root / name
+    with filelock.FileLock(str(folder) + '.lock'):
+        if not (folder / 'done').is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / 'done').touch()
+    return folder
+
+
 @pytest.fixture(scope='session')
 def shapes_root(tmp_path_factory):
-    """A small shapes dataset written once per test session."""
+    """A small shapes dataset written once per test run."""
     from condtok_mm.datasets import make_shapes_dataset
-    root = tmp_path_factory.mktemp('shapes')
-    make_shapes_dataset(str(root), num_train=16, num_val=8, image_size=(96, 96), seed=3)
-    return str(root)
+
+    def make(folder):
+        make_shapes_dataset(str(folder), num_train=16, num_val=8, image_size=(96, 96), seed=3)
+
+    return str(made_once(tmp_path_factory, 'shapes', make))
 
 
 def free_port():
@@ -157,12 +181,13 @@ def read_until(process, pattern, timeout):
 def trained_checkpoint(shapes_root, tmp_path_factory):
     """A demo model trained on the 8 val images until its COCO AP is clearly above 0 (40 iterations), so that
     the tests that compare AP compare something."""
-    work_dir = tmp_path_factory.mktemp('trained')
-    run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 20),
-             'train_dataloader.dataset.ann_file=annotations/instances_val.json',
-             'train_dataloader.dataset.data_prefix.img=val/', 'param_scheduler=[]',
-             'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=20')
-    return str(work_dir / 'epoch_20.pth')
+    def train(work_dir):
+        run_tool('train.py', DEMO, '--work-dir', str(work_dir), '--cfg-options', *data_options(shapes_root, 20),
+                 'train_dataloader.dataset.ann_file=annotations/instances_val.json',
+                 'train_dataloader.dataset.data_prefix.img=val/', 'param_scheduler=[]',
+                 'optim_wrapper.optimizer.lr=0.002', 'default_hooks.checkpoint.interval=20')
+
+    return str(made_once(tmp_path_factory, 'trained', train) / 'epoch_20.pth')
 
 
 def build_wheel(out_dir):

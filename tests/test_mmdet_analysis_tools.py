@@ -1,5 +1,5 @@
 """mmdet's own analysis tools (from its installed package, .mim/tools/analysis_tools) run on our configs through
-custom_imports alone: the commands of README "mmdet's analysis tools", on the shapes data."""
+custom_imports alone: the commands of docs/en/user_guides/useful_tools.md, on the shapes data."""
 import glob
 import os.path as osp
 import subprocess
@@ -21,11 +21,9 @@ def run_mmdet_tool(name, *args, cwd):
 
 
 @pytest.mark.slow
-def test_mmdet_analysis_tools_run_on_our_config(shapes_root, tmp_path):
+def test_mmdet_analysis_tools_run_on_our_config(shapes_root, trained_checkpoint, tmp_path):
     options = data_options(shapes_root, 1)
-    run_tool('train.py', DEMO, '--work-dir', str(tmp_path / 'train'), '--cfg-options', *options,
-             'train_dataloader.dataset.indices=8')  # 2 iterations
-    run_tool('test.py', DEMO, str(tmp_path / 'train' / 'epoch_1.pth'), '--work-dir', str(tmp_path / 'test'),
+    run_tool('test.py', DEMO, trained_checkpoint, '--work-dir', str(tmp_path / 'test'),
              '--out', str(tmp_path / 'predictions.pkl'), '--cfg-options', *options)
 
     printed = run_mmdet_tool('get_flops.py', DEMO, '--num-images', '1', '--cfg-options', *options, cwd=tmp_path)
@@ -39,6 +37,6 @@ def test_mmdet_analysis_tools_run_on_our_config(shapes_root, tmp_path):
     run_mmdet_tool('analyze_results.py', DEMO, 'predictions.pkl', 'results', '--cfg-options', *options,
                    cwd=tmp_path)
     assert glob.glob(str(tmp_path / 'results' / 'good' / '*.png'))
-    (log, ) = glob.glob(str(tmp_path / 'train' / '*' / 'vis_data' / '2*.json'))
+    (log, ) = glob.glob(osp.join(osp.dirname(trained_checkpoint), '*', 'vis_data', '2*.json'))  # its training log
     run_mmdet_tool('analyze_logs.py', 'plot_curve', log, '--keys', 'loss', '--out', 'loss.png', cwd=tmp_path)
     assert (tmp_path / 'loss.png').is_file()
