@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import (BOUNDING_MODES, _bands, _conditioned_grid_streaming, _correction_gram_tall,
-                                     condition_number, condition_tokens, token_correction)
+from condtok_mm.conditioning import BOUNDING_MODES, condition_number, condition_tokens, token_correction
+from condtok_mm.conditioning.completion import _bands
+from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
 from conftest import random_tokens
 
 SHAPES = [(3136, 96), (196, 768), (64, 512), (96, 96), (5, 3)]
