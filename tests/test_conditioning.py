@@ -100,7 +100,7 @@ LOW_PRECISION_SHAPES = [(3136, 96), (196, 768), (64, 512)]
 @pytest.mark.parametrize('shape', LOW_PRECISION_SHAPES)
 def test_low_precision_output_is_within_the_dtypes_rounding_of_the_bound(mode, dtype, shape):
     x = random_tokens(2, *shape, 1e6, dtype=dtype)
-    y = condition_tokens(x, mode=mode)
+    y = condition_tokens(x, mode=mode, method='gram')  # the reference: checked against token_correction
     assert y.dtype == dtype and torch.isfinite(y).all()
     # In float64 (before the cast back) the bound holds as for float32 ...
     assert (condition_number(x.double() + token_correction(x.double(), mode=mode)) <= 2 + BOUND_TOL).all()
@@ -137,7 +137,7 @@ def test_null_space_completion_falls_back_when_candidates_lie_in_range():
         x[0, start:end] = torch.randn(8, dtype=torch.float64)
     gram = x.transpose(-1, -2) @ x
     assert _correction_gram_tall(x, gram, 'sigma_max', 1.0, 2.0) is None  # the Gram path gives up ...
-    y = condition_tokens(x)
+    y = condition_tokens(x, method='gram')
     assert torch.equal(y, condition_tokens(x, method='svd'))  # ... and the SVD computed the result
     assert condition_number(y) <= 2 + BOUND_TOL
 
@@ -184,8 +184,18 @@ def test_invalid_arguments_list_valid_values():
         condition_tokens(x, mode='max')
     with pytest.raises(ValueError, match='> 1'):
         condition_tokens(x, target_kappa=1.0)
-    with pytest.raises(ValueError, match='>= 0'):
+    with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 100\]'):
         condition_tokens(x, alpha=-1)
+    with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 100\]'):
+        condition_tokens(x, alpha=1e30)
+    with pytest.raises(ValueError, match='target_kappa must be a finite number > 1'):
+        condition_tokens(x, target_kappa=float('inf'))
+    with pytest.raises(ValueError, match="solver='newton_schulz' computes mode='sigma_max' only"):
+        condition_tokens(x, mode='floor', solver='newton_schulz')
+    with pytest.raises(ValueError, match='solver must be one of'):
+        condition_tokens(x, solver='qr')
+    with pytest.raises(ValueError, match='check must be one of'):
+        condition_tokens(x, check='later')
     with pytest.raises(ValueError, match='shape'):
         condition_tokens(torch.randn(10))
 
@@ -256,7 +266,7 @@ def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shap
     # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
     x = torch.nn.functional.layer_norm(random_tokens(2, *shape, 1e3, dtype=torch.float64), shape[-1:])
     x = x + torch.randn(2, shape[0], 1, dtype=torch.float64)  # a channel-mean component per token
-    got = condition_tokens(x, mode=mode, centred=True) - x
+    got = condition_tokens(x, mode=mode, centred=True, method='gram') - x
     q = numpy_ones_complement(shape[1])
     for b in range(2):
         y = x[b].numpy() @ q
@@ -305,7 +315,7 @@ def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, r
     # orthogonal to range(X): check exactly that, and the bound
     x = random_tokens(1, 4000, rank, 1e2, dtype=torch.float64) @ torch.linalg.qr(
         torch.randn(96, rank, dtype=torch.float64))[0].T  # rank 49: Swin-T's patch embedding
-    out = condition_tokens(x, mode=mode)
+    out = condition_tokens(x, mode=mode, method='gram')
     u, s, vh = torch.linalg.svd(x[0], full_matrices=False)
     live = s > 1e-5 * s[0]
     lift = numpy_correction(x[0].numpy(), mode)  # LAPACK's completion for the null part
@@ -341,7 +351,7 @@ def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
     streamed = _conditioned_grid_streaming(x.view(1, height, width, 96), out, mode, 1.0, 2.0)
     assert streamed == (height >= 47 + 4)  # fewer rows than bands: the explicit path does it
     explicit = token_correction(x.double(), mode, add_tokens=True, grid_width=width).float()
-    got = condition_tokens(x.view(1, height, width, 96), mode)
+    got = condition_tokens(x.view(1, height, width, 96), mode, method='gram')
     torch.testing.assert_close(got, explicit.view(1, height, width, 96), rtol=1e-5, atol=1e-5)
     if streamed:
         torch.testing.assert_close(out, got, rtol=0, atol=0)
@@ -352,7 +362,8 @@ def test_streaming_path_writes_into_a_strided_view_and_leaves_the_rest():
     x = torch.nn.functional.layer_norm(random_tokens(1, 30 * 40, 96, 1e2), (96, )).view(1, 30, 40, 96)
     out = torch.zeros(1, 32, 48, 96)
     assert _conditioned_grid_streaming(x[:, :, :35], out[:, :30, :35], 'sigma_max', 1.0, 2.0)
-    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous()), rtol=0, atol=0)
+    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous(), method='gram'),
+                               rtol=0, atol=0)
     assert out[:, 30:].abs().max() == 0 and out[:, :, 35:].abs().max() == 0
 
 

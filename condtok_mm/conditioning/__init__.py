@@ -229,7 +229,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
         options['method'] = _reference_method(options['method'])
         return reference_token_windows(x, hw_shape, window_size, shift_size, where=where, **options)
     options.pop('detach'), options.pop('method')
-    return _condition_batched(grid, None, window_size, shift_size, where=where, **options).view(x.shape)
+    return _condition_batched(grid, None, window_size, shift_size, where=where, **options).reshape(x.shape)
 
 
 def _on_reference_path(method: str, detach: bool, grid: torch.Tensor) -> bool:
@@ -268,7 +268,7 @@ def _condition_batched(grid: torch.Tensor, sizes: Optional[torch.Tensor], window
                 stack, stack_mask, unstack = window_stack(inner, mask, window_size, shift_size)
             conditioned, status = condition_masked(stack, stack_mask, mode, alpha, target_kappa, epsilon,
                                                    resolve_solver(solver, mode, grid.device))
-            conditioned = unstack(conditioned)
+            conditioned = unstack(conditioned).contiguous()
             status = status.view(batch, -1).amax(-1)
             if centred:
                 conditioned = tokens.double() + _from_channel_mean_complement(conditioned - inner)

@@ -1,13 +1,14 @@
 """Token-scale controls: r X or (X + C) / r with r = ||X + C||_F / ||X||_F per image, constant in backward."""
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
 from .modes import TOKEN_SCALE_CONTROLS
+from .valid_sizes import valid_size_tensor
 
 
 def match_token_scale(x: torch.Tensor, conditioned: torch.Tensor, control: str,
-                      valid_shapes: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+                      valid_shapes: Optional[Union[Sequence[Tuple[int, int]], torch.Tensor]] = None) -> torch.Tensor:
     """Token-scale control of the conditioning: r X (``'scale_matched'``) or (X + C) / r (``'norm_matched'``),
     with r = ||X + C||_F / ||X||_F of each image, computed in float64 and constant in backward.
 
@@ -30,20 +31,21 @@ def match_token_scale(x: torch.Tensor, conditioned: torch.Tensor, control: str,
                          f'{tuple(conditioned.shape)} differ in shape')
     if valid_shapes is not None and x.dim() != 4:
         raise ValueError(f'match_token_scale: valid_shapes needs token grids (B, H, W, d), got {tuple(x.shape)}')
-    batch = x.shape[0]
     with torch.no_grad():
-        scale = torch.ones((batch, ) + (1, ) * (x.dim() - 1), dtype=torch.float64, device=x.device)
+        tokens, corrected = x.double(), conditioned.double()
         if valid_shapes is None:
-            scale = scale.expand((batch, ) + x.shape[1:-1] + (1, )).clone()
-            regions = [(image, (slice(None), ) * (x.dim() - 2)) for image in range(batch)]
+            mask = torch.ones(x.shape[:-1] + (1, ), dtype=torch.bool, device=x.device)
         else:
-            scale = scale.expand(x.shape[:-1] + (1, )).clone()
-            regions = [(image, (slice(0, h), slice(0, w))) for image, (h, w) in enumerate(valid_shapes)]
-        for image, region in regions:
-            tokens_norm = torch.linalg.vector_norm(x[image][region].double())
-            if tokens_norm > 0:
-                ratio = torch.linalg.vector_norm(conditioned[image][region].double()) / tokens_norm
-                scale[image][region] = ratio
-        scale = scale.to(x.dtype)
+            sizes = valid_size_tensor(valid_shapes, x.shape[0], x.device, 'match_token_scale')
+            rows = torch.arange(x.shape[1], device=x.device)
+            cols = torch.arange(x.shape[2], device=x.device)
+            mask = ((rows[None, :, None] < sizes[:, 0, None, None])
+                    & (cols[None, None, :] < sizes[:, 1, None, None])).unsqueeze(-1)
+        dims = tuple(range(1, x.dim()))
+        zero = torch.zeros((), dtype=torch.float64, device=x.device)
+        tokens_norm = torch.where(mask, tokens, zero).square().sum(dims, keepdim=True).sqrt()
+        conditioned_norm = torch.where(mask, corrected, zero).square().sum(dims, keepdim=True).sqrt()
+        ratio = torch.where(tokens_norm > 0, conditioned_norm / torch.where(tokens_norm > 0, tokens_norm, 1.0), 1.0)
+        scale = torch.where(mask, ratio, 1.0).to(x.dtype)  # image-wide r on the valid tokens, 1 on the padding
     # the scale is a constant: gradients are r I (scale-matched) or those of X + C times 1 / r (norm-matched)
     return x * scale if control == 'scale_matched' else conditioned / scale

@@ -32,4 +32,7 @@ def valid_size_tensor(valid_shapes: Union[Sequence[Tuple[int, int]], torch.Tenso
                 and all(int(v) >= 0 for v in shape)):
             raise ValueError(f'{where}: valid_shapes[{image}] must be a pair (h, w) of non-negative integers (the '
                              f"image's valid token rows and columns), got {shape!r}")
-    return torch.tensor([[int(h), int(w)] for h, w in valid_shapes], dtype=torch.int64, device=device)
+    sizes = torch.tensor([[int(h), int(w)] for h, w in valid_shapes], dtype=torch.int64)
+    if torch.device(device).type == 'cuda':  # pinned and non-blocking: no host sync for the upload
+        return sizes.pin_memory().to(device, non_blocking=True)
+    return sizes.to(device)
