@@ -258,7 +258,7 @@ def _condition_batched(grid: torch.Tensor, sizes: Optional[torch.Tensor], window
         if centred and channels < 2:  # a single channel is all channel mean: nothing to condition
             conditioned, status = condition_masked(tokens.reshape(batch, -1, channels), mask.reshape(batch, -1),
                                                    mode, 0.0, target_kappa, epsilon, 'eigh')
-            out, status = finish(tokens, conditioned.view(grid.shape), status)
+            out, status = finish(tokens, conditioned.view(grid.shape), status, mask)
         else:
             inner = channel_mean_complement(tokens.double()) if centred else tokens
             if window_size is None:
@@ -272,6 +272,6 @@ def _condition_batched(grid: torch.Tensor, sizes: Optional[torch.Tensor], window
             status = status.view(batch, -1).amax(-1)
             if centred:
                 conditioned = tokens.double() + _from_channel_mean_complement(conditioned - inner)
-            out, status = finish(tokens, conditioned, status)
+            out, status = finish(tokens, conditioned, status, mask)
     report_status(status, tokens, check, where)
     return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out

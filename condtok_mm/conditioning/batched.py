@@ -138,9 +138,9 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     return torch.where(valid & finite[:, None, None], conditioned, x64), status
 
 
-def finish(x: torch.Tensor, conditioned: torch.Tensor, status: torch.Tensor):
-    """``conditioned`` cast to x's dtype, and the status with BAD_OUTPUT where that cast is not finite."""
+def finish(x: torch.Tensor, conditioned: torch.Tensor, status: torch.Tensor, mask: torch.Tensor):
+    """``conditioned`` (B, ..., d) cast to x's dtype, and the status (B,) with BAD_OUTPUT where that cast is not
+    finite on a token of ``mask`` (B, ...) (the padding is passed as it is, whatever it holds)."""
     out = conditioned.to(x.dtype)
-    dims = tuple(range(1, out.dim()))
-    overflow = ~torch.isfinite(out).all(dim=dims) if dims else ~torch.isfinite(out)
+    overflow = (~torch.isfinite(out) & mask.unsqueeze(-1)).flatten(1).any(-1)
     return out, torch.where((status == FINE) & overflow, BAD_OUTPUT, status).to(torch.int8)

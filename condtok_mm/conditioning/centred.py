@@ -10,7 +10,7 @@ def _householder_to_ones(d: int, dtype: torch.dtype, device: torch.device) -> Tu
     """(w, c) of the reflection H = I - c w w^T that maps 1/sqrt(d) to e_1 (H is symmetric, H H = I)."""
     w = torch.full((d, ), 1 / math.sqrt(d), dtype=dtype, device=device)
     w[0] -= 1
-    return w, 2 / float(w @ w)
+    return w, 1 / (1 - 1 / math.sqrt(d))  # 2 / (w^T w), w^T w = 2 - 2 / sqrt(d): no host read of w @ w
 
 
 def channel_mean_complement(x: torch.Tensor) -> torch.Tensor:
