@@ -156,3 +156,48 @@ def test_rank_deficient_tokens_condition_the_same_on_cuda_and_cpu():
         on_cuda = condition_tokens(grid.cuda())
         torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-5, atol=1e-5 * float(on_cpu.abs().max()))
         assert (condition_number(on_cuda.view(2, 300, 48).cpu().double()) <= 2 + 1e-3).all()
+
+
+def _padded_cuda_batch():
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.nn.functional.layer_norm(torch.randn(2, 24 * 40, 96, generator=gen), (96, )).cuda()
+    return tokens, torch.tensor([[24, 40], [17, 29]], device='cuda')
+
+
+@pytest.mark.gpu
+def test_batched_conditioner_runs_without_a_host_sync():
+    from condtok_mm.models.token_conditioner import TokenConditioner
+    conditioner = TokenConditioner()  # solver='auto': Newton-Schulz on CUDA; check='auto': deferred status
+    tokens, sizes = _padded_cuda_batch()
+    conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)  # warm-up: allocations, pinned buffer
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        out = conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    want = TokenConditioner(solver='eigh')(tokens.cpu(), hw_shape=(24, 40), valid_shapes=sizes.cpu())
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_batched_conditioner_is_captured_in_a_cuda_graph():
+    from condtok_mm.models.token_conditioner import TokenConditioner
+    conditioner = TokenConditioner(solver='newton_schulz')
+    tokens, sizes = _padded_cuda_batch()
+    static_tokens, static_sizes = tokens.clone(), sizes.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on a side stream, as CUDA-graph capture requires
+        conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
+    other = torch.nn.functional.layer_norm(torch.randn_like(tokens), (96, ))
+    static_tokens.copy_(other)
+    static_sizes.copy_(torch.tensor([[9, 40], [24, 3]], device='cuda'))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = conditioner(other, hw_shape=(24, 40), valid_shapes=static_sizes.clone())
+    torch.testing.assert_close(static_out, want, rtol=1e-6, atol=1e-6)
