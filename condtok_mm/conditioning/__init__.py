@@ -102,8 +102,9 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction), 'floor' (lift only
             the singular values below s_1/t to s_1/t) or 'graying' (X + C = U (S/s_1)^epsilon V^T, Token
             Graying; see the module docstring). Default: 'sigma_max'.
-        alpha (float): scale of the correction, in [0, ALPHA_MAX = 100]; 1 reaches the bound, 0 disables it.
-            Default: 1.0.
+        alpha (float or Tensor): scale of the correction, in [0, ALPHA_MAX = 100]; 1 reaches the bound, 0
+            disables it. A 0-dim CPU tensor is used as it is, unread and unchecked (a schedule that updates it in
+            place changes the strength of a compiled or captured program without recompiling). Default: 1.0.
         target_kappa (float): the bound t > 1, finite ('sigma_max', 'floor'). Default: 2.0 (the paper's value).
         detach (bool): treat C as a constant in backward, so the gradient w.r.t. ``x`` is the identity.
             With False the gradient flows through the SVD (on the reference path, ``method='gram'`` unless
@@ -139,6 +140,7 @@ def condition_tokens(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         return x
     options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, where=where, centred=centred, epsilon=epsilon)
     if _on_reference_path(method, detach, grid):
+        options['alpha'] = float(alpha)
         out = reference_condition_grid(grid, detach=detach, method=_reference_method(method), **options)
     else:
         out = _condition_batched(grid, None, None, 0, solver=solver, check=check, **options)
@@ -174,6 +176,7 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, windo
     sizes = valid_size_tensor(valid_shapes, grid.shape[0], grid.device, where)
     options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, where=where, centred=centred, epsilon=epsilon)
     if _on_reference_path(method, detach, grid):
+        options['alpha'] = float(alpha)
         shapes = [tuple(size) for size in sizes.tolist()]
         return reference_valid_regions(grid, shapes, window_size, shift_size, detach=detach,
                                        method=_reference_method(method), **options)
@@ -227,6 +230,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
     if _on_reference_path(options['method'], options['detach'], grid):
         options.pop('solver'), options.pop('check')
         options['method'] = _reference_method(options['method'])
+        options['alpha'] = float(options['alpha'])
         return reference_token_windows(x, hw_shape, window_size, shift_size, where=where, **options)
     options.pop('detach'), options.pop('method')
     return _condition_batched(grid, None, window_size, shift_size, where=where, **options).reshape(x.shape)
@@ -256,9 +260,9 @@ def _condition_batched(grid: torch.Tensor, sizes: Optional[torch.Tensor], window
             cols = torch.arange(width, device=grid.device)
             mask = (rows[None, :, None] < sizes[:, 0, None, None]) & (cols[None, None, :] < sizes[:, 1, None, None])
         if centred and channels < 2:  # a single channel is all channel mean: nothing to condition
-            conditioned, status = condition_masked(tokens.reshape(batch, -1, channels), mask.reshape(batch, -1),
-                                                   mode, 0.0, target_kappa, epsilon, 'eigh')
-            out, status = finish(tokens, conditioned.view(grid.shape), status, mask)
+            _, status = condition_masked(tokens.reshape(batch, -1, channels), mask.reshape(batch, -1), mode, 0.0,
+                                         target_kappa, epsilon, 'eigh')
+            out = tokens.clone()
         else:
             inner = channel_mean_complement(tokens.double()) if centred else tokens
             if window_size is None:
@@ -268,10 +272,10 @@ def _condition_batched(grid: torch.Tensor, sizes: Optional[torch.Tensor], window
                 stack, stack_mask, unstack = window_stack(inner, mask, window_size, shift_size)
             conditioned, status = condition_masked(stack, stack_mask, mode, alpha, target_kappa, epsilon,
                                                    resolve_solver(solver, mode, grid.device))
-            conditioned = unstack(conditioned).contiguous()
+            conditioned = unstack(conditioned)
             status = status.view(batch, -1).amax(-1)
             if centred:
                 conditioned = tokens.double() + _from_channel_mean_complement(conditioned - inner)
-            out, status = finish(tokens, conditioned, status, mask)
+            out = finish(tokens, conditioned, mask)
     report_status(status, tokens, check, where)
     return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out

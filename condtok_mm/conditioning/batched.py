@@ -18,9 +18,8 @@ largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambd
 for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an eigensolver picks (the
 result does not depend on the solver or the device) and continuous in X at every rank (constant tokens, an all-
 black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the directions that are zero by
-structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being lifted (see SHIFT). Z^T u comes from one
-cumulative sum over the tokens read at the band ends (no atomics: deterministic), Z F^T (I + M) is added back by a
-gather of per-band rows.
+structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being lifted (see SHIFT). Z^T u and Z F^T (I + M) are
+batched matmuls with the band indicators (no atomics: deterministic).
 
 Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
 loops over the stack and reads its error info back: one host sync per call, not per image). 'newton_schulz'
@@ -31,6 +30,8 @@ steps: matmuls only, no host sync, capturable in a CUDA graph.
 'graying' is a spectral function of G itself (no regularisation: it maps the null directions to 0): one batched
 eigh, X + C = X V diag((1 - alpha) + alpha g(s) / s) V^T.
 """
+
+import math
 
 import torch
 
@@ -56,57 +57,54 @@ def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
     return 'newton_schulz' if mode == 'sigma_max' and device.type == 'cuda' else 'eigh'
 
 
-def _band_layout(mask: torch.Tensor, d: int):
-    """Per stack entry: band index of every token (S, L), band lengths (S, d), the position of each band's last
-    token (S, d), and which bands exist (S, d). Bands j < m = min(n, d) are runs of floor((j+1) n / m) -
-    floor(j n / m) consecutive valid tokens."""
+def _band_indicators(mask: torch.Tensor, d: int):
+    """Z: the normalised indicators (S, L, d) of the bands j < m = min(n, d) of every stack entry (runs of
+    floor((j+1) n / m) - floor(j n / m) consecutive valid tokens; a token outside the mask is in no band), float64,
+    and which bands exist (S, d). Z^T u and Z W are then batched matmuls: deterministic, no atomics."""
     count = mask.cumsum(-1)  # valid tokens up to and including each position
     n = count[:, -1:]
     m = n.clamp(max=d)
     n_safe, m_safe = n.clamp(min=1), m.clamp(min=1)
-    band = (count * m - 1).div(n_safe, rounding_mode='floor').clamp(0, d - 1)
+    band = (count * m - 1).div(n_safe, rounding_mode='floor')
     j = torch.arange(d + 1, device=mask.device)
     edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1)
-    length = edges[:, 1:] - edges[:, :-1]
-    last = torch.searchsorted(count, edges[:, 1:].contiguous()).clamp(max=mask.shape[-1] - 1)
-    return band, length, last, j[:-1] < m
-
-
-def _band_sums(u: torch.Tensor, length: torch.Tensor, last: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
-    """Z^T u (S, d bands, d channels) for the normalised band indicators Z, from one cumulative sum over the
-    tokens read at each band's last token (u is zero outside the mask)."""
-    total = u.cumsum(1).gather(1, last.unsqueeze(-1).expand(-1, -1, u.shape[-1]))
-    sums = torch.cat([total[:, :1], total[:, 1:] - total[:, :-1]], dim=1)
-    return sums * (live / length.clamp(min=1).sqrt()).unsqueeze(-1)
+    length = (edges[:, 1:] - edges[:, :-1]).clamp(min=1)
+    live = j[:-1] < m
+    weight = (live / length.sqrt()).to(torch.float64)  # (S, d)
+    member = (band.unsqueeze(-1) == j[:-1]) & mask.unsqueeze(-1)
+    return member * weight.unsqueeze(1), live
 
 
 def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: float, target_kappa: float,
                      epsilon: float, solver: str):
-    """X + C (float64, (S, L, d); the tokens outside ``mask`` returned as they are) and the status (S,) of each
-    matrix (FINE, BAD_INPUT where X has NaN/Inf). ``solver`` is 'eigh' or 'newton_schulz' (see the module)."""
+    """X + C (float64 (S, L, d), zero outside ``mask``) and the status (S,) of each matrix (FINE, BAD_INPUT where X
+    has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype). ``solver`` is 'eigh' or 'newton_schulz' (see the
+    module). The caller puts the tokens outside the mask back."""
     stack, length_tokens, d = x.shape
     valid = mask.unsqueeze(-1)
-    x64 = x.double()
-    u = torch.where(valid, x64, torch.zeros((), dtype=torch.float64, device=x.device))
-    scale = None
+    masked = x.to(torch.float64, copy=True).masked_fill_(~valid, 0)
+    u, scale = masked, None
     if x.dtype == torch.float64:  # squares of float32/16 values cannot overflow or underflow in float64
-        scale = u.abs().amax(dim=(1, 2))
+        scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))
         scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
-        u = u / scale[:, None, None]
+        u = masked / scale[:, None, None]
     gram = u.transpose(-1, -2) @ u
     finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
-    status = torch.where(finite, FINE, BAD_INPUT).to(torch.int8)
-    u = torch.where(finite[:, None, None], u, torch.zeros((), dtype=u.dtype, device=u.device))
-    gram = torch.where(finite[:, None, None], gram, torch.zeros((), dtype=u.dtype, device=u.device))
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    gram = torch.where(finite[:, None, None], gram, zero)
+    eye = torch.eye(d, dtype=torch.float64, device=x.device)
     if mode == 'graying':
         lam, v = torch.linalg.eigh(gram)
         s = lam.clamp_min(0).sqrt()
         gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
-        grayed = u @ ((v * gray.unsqueeze(-2)) @ v.transpose(-1, -2))
-        conditioned = (1 - alpha) * x64 + alpha * grayed  # not 1 + alpha (g / s - 1): it would cancel at s >> 1
-        return torch.where(valid & finite[:, None, None], conditioned, x64), status
-    band, length, last, live = _band_layout(mask, d)
-    zu = _band_sums(u, length, last, live)
+        grayed = (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
+        if scale is not None:
+            grayed = grayed / scale[:, None, None]
+        # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
+        conditioned = masked @ ((1 - alpha) * eye + alpha * grayed)
+        return conditioned, _status(conditioned, finite, x.dtype)
+    bands, live = _band_indicators(mask, d)
+    zu = torch.where(finite[:, None, None], bands.transpose(-1, -2) @ u, zero)  # Z^T u (S, bands, channels)
     dct = _channel_candidates(d, d, x.device)  # F: column j is the j-th DCT-II vector
     rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
     cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
@@ -114,7 +112,6 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
                 + (rho**2)[:, None, None] * (live_dct @ dct.T))
     delta = torch.where(mask.sum(-1) < d, SHIFT, SHIFT_FULL) * rho**2
-    eye = torch.eye(d, dtype=torch.float64, device=x.device)
     if solver == 'newton_schulz':
         upper = largest_eigenvalue_bound(gram_reg)
         c = upper.sqrt() / (target_kappa - 1)
@@ -128,19 +125,21 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
         m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
-    product = eye + alpha * m_matrix
-    band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho.unsqueeze(-1) / length.clamp(min=1).sqrt()
-                                              * live).unsqueeze(-1)
+    band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
     if scale is not None:
         band_rows = band_rows * scale[:, None, None]
-    lifted = band_rows.gather(1, band.unsqueeze(-1).expand(-1, -1, d))
-    conditioned = torch.baddbmm(lifted, x64, product)  # alpha = 0: X I + 0, exactly X
-    return torch.where(valid & finite[:, None, None], conditioned, x64), status
+    conditioned = masked @ (eye + alpha * m_matrix)  # alpha = 0: X I + 0 Z, exactly X
+    conditioned = conditioned.baddbmm_(bands, band_rows)
+    return conditioned, _status(conditioned, finite, x.dtype)
 
 
-def finish(x: torch.Tensor, conditioned: torch.Tensor, status: torch.Tensor, mask: torch.Tensor):
-    """``conditioned`` (B, ..., d) cast to x's dtype, and the status (B,) with BAD_OUTPUT where that cast is not
-    finite on a token of ``mask`` (B, ...) (the padding is passed as it is, whatever it holds)."""
-    out = conditioned.to(x.dtype)
-    overflow = (~torch.isfinite(out) & mask.unsqueeze(-1)).flatten(1).any(-1)
-    return out, torch.where((status == FINE) & overflow, BAD_OUTPUT, status).to(torch.int8)
+def _status(conditioned: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """FINE, BAD_INPUT (not ``finite``) or BAD_OUTPUT (a value of X + C beyond ``dtype``'s range) per matrix."""
+    largest = torch.linalg.vector_norm(conditioned, ord=math.inf, dim=(1, 2))
+    overflow = ~(largest <= torch.finfo(dtype).max)  # NaN included
+    return torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
+
+
+def finish(x: torch.Tensor, conditioned: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``conditioned`` (B, ..., d) on the tokens of ``mask`` (B, ...), ``x`` elsewhere, in x's dtype."""
+    return torch.where(mask.unsqueeze(-1), conditioned.to(x.dtype), x)

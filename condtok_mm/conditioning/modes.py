@@ -43,7 +43,11 @@ def check_arguments(mode: str, alpha: float, target_kappa: float, method: str, e
         raise ValueError(f'{where}: conditioning mode must be one of {CONDITIONING_MODES}, got {mode!r}')
     if method not in CONDITIONING_METHODS:
         raise ValueError(f'{where}: conditioning method must be one of {CONDITIONING_METHODS}, got {method!r}')
-    if not (_is_number(alpha) and 0 <= alpha <= ALPHA_MAX):
+    if isinstance(alpha, torch.Tensor):  # a strength that a schedule updates in place: not read (no host sync)
+        if alpha.dim() != 0 or not alpha.is_floating_point() or alpha.device.type != 'cpu':
+            raise ValueError(f'{where}: alpha as a tensor must be a 0-dim floating CPU tensor, got '
+                             f'{alpha.dtype} of shape {tuple(alpha.shape)} on {alpha.device}')
+    elif not (_is_number(alpha) and 0 <= alpha <= ALPHA_MAX):
         raise ValueError(f'{where}: conditioning alpha must be a number in [0, {ALPHA_MAX:g}] (1 reaches the '
                          f'bound, 0 disables the correction), got {alpha!r}')
     if not (_is_number(target_kappa) and math.isfinite(target_kappa) and target_kappa > 1):

@@ -163,6 +163,12 @@ class TokenConditioner(BaseModule):
             raise ValueError(f'TokenConditioner: alpha={value!r} is invalid; use a number in [0, {ALPHA_MAX:g}] '
                              '(1.0 reaches the bound, 0 disables the correction)')
         self._alpha = float(value)
+        # the value the batched path reads: one 0-dim CPU tensor, updated in place, so that a compiled
+        # conditioner sees the new strength without recompiling (a CUDA-graph capture keeps the value it was
+        # captured with); not a buffer, so the state dict stays empty
+        if not hasattr(self, '_alpha_value'):
+            self._alpha_value = torch.zeros((), dtype=torch.float64)
+        self._alpha_value.fill_(self._alpha)
 
     def forward(self, tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]] = None,
                 valid_shapes: Optional[Union[Sequence[Tuple[int, int]], torch.Tensor]] = None) -> torch.Tensor:
@@ -190,7 +196,7 @@ class TokenConditioner(BaseModule):
                 'data-dependent checks), or export the baseline twin '
                 '(conditioning=None, the config without -condtok), which is a different model from this trained '
                 'one.')
-        options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa, detach=self.detach,
+        options = dict(mode=self.mode, alpha=self._alpha_value, target_kappa=self.target_kappa, detach=self.detach,
                        method=self.method, where=self.location, centred=self.centred, epsilon=self.epsilon,
                        solver=self.solver, check=self.check)
         window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}
