@@ -231,3 +231,12 @@ def test_alpha_is_validated_when_set_and_read_at_forward():
         conditioner.alpha = 1e30
     with pytest.raises(ValueError, match=r'target_kappa=inf is invalid'):
         TokenConditioner(target_kappa=float('inf'))
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_low_precision_output_is_the_float64_result_rounded(dtype):
+    from test_conditioning import low_precision_check
+    x = random_tokens(2, 3136, 96, 1e6, dtype=dtype)
+    y = condition_tokens(x, solver='newton_schulz')
+    error, budget, kappa, kappa_bound = low_precision_check(x, y, 'sigma_max', method='batched')
+    assert (error <= budget).all() and (kappa <= kappa_bound).all(), (error, budget, kappa, kappa_bound)
