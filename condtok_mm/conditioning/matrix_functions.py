@@ -23,13 +23,12 @@ def largest_eigenvalue_bound(gram: torch.Tensor, squarings: int = _SQUARINGS) ->
     log_trace = torch.zeros_like(trace)  # log trace(A^p) - p log trace(A), divided by p
     weight = 1.0
     for _ in range(squarings):
-        power = power @ power
-        power = 0.5 * (power + power.transpose(-1, -2))
-        step = power.diagonal(dim1=-2, dim2=-1).sum(-1)
+        # trace(P^2) = ||P||_F^2 for the symmetric P: the next power's trace before it is formed
+        step = power.square().sum(dim=(-2, -1))
         step = torch.where(step > 0, step, torch.ones_like(step))
         weight /= 2
         log_trace = log_trace + weight * torch.log(step)
-        power = power / step[..., None, None]
+        power = (power @ power) / step[..., None, None]
     return torch.where(trace > 0, trace * torch.exp(log_trace), torch.zeros_like(trace))
 
 
@@ -52,8 +51,9 @@ def inverse_sqrt_newton_schulz(gram: torch.Tensor, upper: torch.Tensor, steps: i
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram)
     y = gram / u
     z = eye
+    three_halves = 1.5 * eye
     for _ in range(steps):
-        t = 1.5 * eye - 0.5 * (z @ y)
+        t = torch.baddbmm(three_halves, z, y, alpha=-0.5)
         y = y @ t
         z = t @ z
     return 0.5 * (z + z.transpose(-1, -2)) / u.sqrt()
