@@ -190,7 +190,7 @@ class TokenConditioner(BaseModule):
             raise RuntimeError(
                 f'{self.location} (mode={self.mode!r}, method={self.method!r}, scope={self.scope!r}) cannot be '
                 'exported to ONNX: ONNX has no eigendecomposition or SVD operator, and the conditioning computes '
-                "one for every input (method='gram': torch.linalg.eigh, method='svd': torch.linalg.svd). "
+                "one for every input (method='batched' and 'gram': torch.linalg.eigh, or Newton-Schulz matmuls on CUDA; method='svd': torch.linalg.svd). "
                 'Options: deploy a TorchScript model made with torch.jit.trace at the input size you deploy '
                 "(it keeps these operators and fixes the shapes; torch.export.export stops on the conditioner's "
                 'data-dependent checks), or export the baseline twin '
