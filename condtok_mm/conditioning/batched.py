@@ -12,14 +12,14 @@ n >= d and orthonormal rows when n < d),
     u~ = u + rho E,   G~ = u~^T u~ = G + rho (u^T Z F^T + F Z^T u) + rho^2 F_m F_m^T,
     X + C = X + alpha (u~ (I + M) - u),   M = h(G~),
 
-with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by
-delta (SHIFT rho^2 where n < d, SHIFT_FULL rho^2 otherwise): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an upper bound on the
-largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta). u~ has full rank
-for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an eigensolver picks (the
-result does not depend on the solver or the device) and continuous in X at every rank (constant tokens, an all-
-black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the directions that are zero by
-structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being lifted (see SHIFT). Z^T u and Z F^T (I + M) are
-batched matmuls with the band indicators (no atomics: deterministic).
+with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT rho^2
+where n < d, SHIFT_FULL rho^2 otherwise): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
+upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
+u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
+eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
+(constant tokens, an all-black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the
+directions that are zero by structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being
+lifted (see SHIFT). Z^T u and Z F^T (I + M) are batched matmuls with the band indicators (no atomics: deterministic).
 
 Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
 loops over the stack and reads its error info back: one host sync per call, not per image). 'newton_schulz'

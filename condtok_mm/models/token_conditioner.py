@@ -181,16 +181,18 @@ class TokenConditioner(BaseModule):
                 null-space completion on bands of whole token rows (see :mod:`condtok_mm.conditioning`).
             valid_shapes (Sequence[tuple[int, int]] or Tensor, optional): per image, the (h, w) top-left part
                 of the grid that holds its valid (unpadded) tokens: non-negative integers, or an integer (B, 2)
-                tensor (kept on the device; see :func:`condtok_mm.conditioning.condition_valid_regions`). Image i is conditioned as the matrix of those
-                h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
-                the other tokens are returned unchanged. None: every token is valid.
+                tensor (kept on the device; see :func:`condtok_mm.conditioning.condition_valid_regions`). Image i
+                is conditioned as the matrix of those h * w tokens (window scope: windows cut to them, windows
+                wholly outside pass unchanged); the other tokens are returned unchanged. None: every token is
+                valid.
         """
         if torch.onnx.is_in_onnx_export():
             # Fail before the exporter traces the rest of the model and stops deep inside on the operator.
             raise RuntimeError(
                 f'{self.location} (mode={self.mode!r}, method={self.method!r}, scope={self.scope!r}) cannot be '
                 'exported to ONNX: ONNX has no eigendecomposition or SVD operator, and the conditioning computes '
-                "one for every input (method='batched' and 'gram': torch.linalg.eigh, or Newton-Schulz matmuls on CUDA; method='svd': torch.linalg.svd). "
+                "one for every input (method='batched' and 'gram': torch.linalg.eigh, or Newton-Schulz matmuls on "
+                "CUDA; method='svd': torch.linalg.svd). "
                 'Options: deploy a TorchScript model made with torch.jit.trace at the input size you deploy '
                 "(it keeps these operators and fixes the shapes; torch.export.export stops on the conditioner's "
                 'data-dependent checks), or export the baseline twin '
