@@ -65,14 +65,14 @@ def _band_indicators(mask: torch.Tensor, d: int):
     n = count[:, -1:]
     m = n.clamp(max=d)
     n_safe, m_safe = n.clamp(min=1), m.clamp(min=1)
-    band = (count * m - 1).div(n_safe, rounding_mode='floor')
+    band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # d: in no band
     j = torch.arange(d + 1, device=mask.device)
     edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1)
     length = (edges[:, 1:] - edges[:, :-1]).clamp(min=1)
     live = j[:-1] < m
     weight = (live / length.sqrt()).to(torch.float64)  # (S, d)
-    member = (band.unsqueeze(-1) == j[:-1]) & mask.unsqueeze(-1)
-    return member * weight.unsqueeze(1), live
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+    return torch.where(band.unsqueeze(-1) == j[:-1], weight.unsqueeze(1), zero), live
 
 
 def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: float, target_kappa: float,
