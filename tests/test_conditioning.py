@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import (BOUNDING_MODES, _bands, _conditioned_grid_streaming, _correction_gram_tall,
-                                     condition_number, condition_tokens, token_correction)
+from condtok_mm.conditioning import BOUNDING_MODES, condition_number, condition_tokens, token_correction
+from condtok_mm.conditioning.completion import _bands
+from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
 from conftest import random_tokens
 
 SHAPES = [(3136, 96), (196, 768), (64, 512), (96, 96), (5, 3)]
@@ -73,16 +74,18 @@ def rounding_budget(value, dtype):
     return unit_roundoff * (torch.linalg.matrix_norm(value) + info.tiny * entries**0.5)
 
 
-def low_precision_check(x, y, mode):
+def low_precision_check(x, y, mode, method='gram'):
     """What the rounding to x.dtype allows for the output ``y`` of condition_tokens(x) in that dtype.
 
     The correction C is computed in float64 from X (exact in float64), cast to the dtype and added in the dtype:
     y = fl(X + fl(C)), two roundings, so y is within E = budget(C) + budget(X + fl(C)) of the exact X + C in
     spectral norm, and Weyl's inequality bounds kappa(y) <= (s_max + E) / (s_min - E) with s_max, s_min of the
-    exact X + C. Returns (||y - (X + C)||_2, E, kappa(y), that bound), one value per matrix.
+    exact X + C. Returns (||y - (X + C)||_2, E, kappa(y), that bound), one value per matrix. ``method='batched'``
+    takes X + C from the batched path (Newton-Schulz, the CUDA default, run in float64 on the CPU) instead.
     """
     x64 = x.double()
-    correction = token_correction(x64, mode=mode)
+    correction = token_correction(x64, mode=mode) if method == 'gram' else \
+        condition_tokens(x64, mode=mode, solver='newton_schulz') - x64
     exact = x64 + correction
     budget = (rounding_budget(correction, x.dtype)
               + rounding_budget(x64 + correction.to(x.dtype).double(), x.dtype))
@@ -99,7 +102,7 @@ LOW_PRECISION_SHAPES = [(3136, 96), (196, 768), (64, 512)]
 @pytest.mark.parametrize('shape', LOW_PRECISION_SHAPES)
 def test_low_precision_output_is_within_the_dtypes_rounding_of_the_bound(mode, dtype, shape):
     x = random_tokens(2, *shape, 1e6, dtype=dtype)
-    y = condition_tokens(x, mode=mode)
+    y = condition_tokens(x, mode=mode, method='gram')  # the reference: checked against token_correction
     assert y.dtype == dtype and torch.isfinite(y).all()
     # In float64 (before the cast back) the bound holds as for float32 ...
     assert (condition_number(x.double() + token_correction(x.double(), mode=mode)) <= 2 + BOUND_TOL).all()
@@ -136,7 +139,7 @@ def test_null_space_completion_falls_back_when_candidates_lie_in_range():
         x[0, start:end] = torch.randn(8, dtype=torch.float64)
     gram = x.transpose(-1, -2) @ x
     assert _correction_gram_tall(x, gram, 'sigma_max', 1.0, 2.0) is None  # the Gram path gives up ...
-    y = condition_tokens(x)
+    y = condition_tokens(x, method='gram')
     assert torch.equal(y, condition_tokens(x, method='svd'))  # ... and the SVD computed the result
     assert condition_number(y) <= 2 + BOUND_TOL
 
@@ -183,8 +186,18 @@ def test_invalid_arguments_list_valid_values():
         condition_tokens(x, mode='max')
     with pytest.raises(ValueError, match='> 1'):
         condition_tokens(x, target_kappa=1.0)
-    with pytest.raises(ValueError, match='>= 0'):
+    with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 100\]'):
         condition_tokens(x, alpha=-1)
+    with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 100\]'):
+        condition_tokens(x, alpha=1e30)
+    with pytest.raises(ValueError, match='target_kappa must be a finite number > 1'):
+        condition_tokens(x, target_kappa=float('inf'))
+    with pytest.raises(ValueError, match="solver='newton_schulz' computes mode='sigma_max' only"):
+        condition_tokens(x, mode='floor', solver='newton_schulz')
+    with pytest.raises(ValueError, match='solver must be one of'):
+        condition_tokens(x, solver='qr')
+    with pytest.raises(ValueError, match='check must be one of'):
+        condition_tokens(x, check='later')
     with pytest.raises(ValueError, match='shape'):
         condition_tokens(torch.randn(10))
 
@@ -255,7 +268,7 @@ def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shap
     # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
     x = torch.nn.functional.layer_norm(random_tokens(2, *shape, 1e3, dtype=torch.float64), shape[-1:])
     x = x + torch.randn(2, shape[0], 1, dtype=torch.float64)  # a channel-mean component per token
-    got = condition_tokens(x, mode=mode, centred=True) - x
+    got = condition_tokens(x, mode=mode, centred=True, method='gram') - x
     q = numpy_ones_complement(shape[1])
     for b in range(2):
         y = x[b].numpy() @ q
@@ -304,7 +317,7 @@ def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, r
     # orthogonal to range(X): check exactly that, and the bound
     x = random_tokens(1, 4000, rank, 1e2, dtype=torch.float64) @ torch.linalg.qr(
         torch.randn(96, rank, dtype=torch.float64))[0].T  # rank 49: Swin-T's patch embedding
-    out = condition_tokens(x, mode=mode)
+    out = condition_tokens(x, mode=mode, method='gram')
     u, s, vh = torch.linalg.svd(x[0], full_matrices=False)
     live = s > 1e-5 * s[0]
     lift = numpy_correction(x[0].numpy(), mode)  # LAPACK's completion for the null part
@@ -340,7 +353,7 @@ def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
     streamed = _conditioned_grid_streaming(x.view(1, height, width, 96), out, mode, 1.0, 2.0)
     assert streamed == (height >= 47 + 4)  # fewer rows than bands: the explicit path does it
     explicit = token_correction(x.double(), mode, add_tokens=True, grid_width=width).float()
-    got = condition_tokens(x.view(1, height, width, 96), mode)
+    got = condition_tokens(x.view(1, height, width, 96), mode, method='gram')
     torch.testing.assert_close(got, explicit.view(1, height, width, 96), rtol=1e-5, atol=1e-5)
     if streamed:
         torch.testing.assert_close(out, got, rtol=0, atol=0)
@@ -351,7 +364,8 @@ def test_streaming_path_writes_into_a_strided_view_and_leaves_the_rest():
     x = torch.nn.functional.layer_norm(random_tokens(1, 30 * 40, 96, 1e2), (96, )).view(1, 30, 40, 96)
     out = torch.zeros(1, 32, 48, 96)
     assert _conditioned_grid_streaming(x[:, :, :35], out[:, :30, :35], 'sigma_max', 1.0, 2.0)
-    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous()), rtol=0, atol=0)
+    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous(), method='gram'),
+                               rtol=0, atol=0)
     assert out[:, 30:].abs().max() == 0 and out[:, :, 35:].abs().max() == 0
 
 

@@ -45,13 +45,16 @@ def test_amp_training_step_conditions_low_precision_tokens(dtype):
     assert not torch.equal(before, model.backbone.patch_embed.proj.weight)
     tokens, conditioned = seen[0]
     assert tokens.dtype == conditioned.dtype == dtype and tokens.is_cuda
-    error, budget, kappa, kappa_bound = low_precision_check(tokens.cpu(), conditioned.cpu(), 'sigma_max')
+    error, budget, kappa, kappa_bound = low_precision_check(tokens.cpu(), conditioned.cpu(), 'sigma_max',
+                                                            method='batched')
     assert (error <= budget).all() and (kappa <= kappa_bound).all(), (error, budget, kappa, kappa_bound)
 
 
 @pytest.mark.parametrize('hw, shift_size', [((17, 23), 0), ((17, 23), 3), ((28, 28), 0)])
 def test_per_window_conditioning_on_cuda_matches_the_cpu(hw, shift_size):
-    conditioner = MODELS.build(dict(type='TokenConditioner', scope='window', window_size=7, shift_size=shift_size))
+    # the same solver on both devices (solver='auto' picks eigh on the CPU, Newton-Schulz on CUDA)
+    conditioner = MODELS.build(dict(type='TokenConditioner', scope='window', window_size=7, shift_size=shift_size,
+                                    solver='newton_schulz'))
     torch.manual_seed(0)
     tokens = torch.nn.functional.layer_norm(torch.randn(2, hw[0] * hw[1], 48), (48, ))
     on_cpu = conditioner(tokens, hw_shape=hw)
@@ -66,7 +69,8 @@ def test_per_window_conditioning_on_cuda_matches_the_cpu(hw, shift_size):
 def test_cond_swin_per_window_forward_on_cuda_matches_the_cpu():
     torch.manual_seed(0)
     model = MODELS.build(dict(type='CondSwinTransformer', embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8),
-                              window_size=4, conditioning=dict(type='TokenConditioner', scope='window')))
+                              window_size=4, conditioning=dict(type='TokenConditioner', scope='window',
+                                                               solver='newton_schulz')))
     model.eval()
     x = torch.randn(2, 3, 72, 100)
     with torch.no_grad():
@@ -149,9 +153,57 @@ def test_rank_deficient_tokens_condition_the_same_on_cuda_and_cpu():
     gen = torch.Generator().manual_seed(0)
     low_rank = torch.randn(2, 300, 20, generator=gen) @ torch.randn(20, 48, generator=gen)
     layer_normed = torch.nn.functional.layer_norm(torch.randn(2, 300, 48, generator=gen), (48, ))
-    for tokens in (low_rank, layer_normed):
-        grid = tokens.view(2, 15, 20, 48)
-        on_cpu = condition_tokens(grid)
-        on_cuda = condition_tokens(grid.cuda())
-        torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-5, atol=1e-5 * float(on_cpu.abs().max()))
-        assert (condition_number(on_cuda.view(2, 300, 48).cpu().double()) <= 2 + 1e-3).all()
+    # the batched path (each solver on both devices: its X + C is a spectral function of a full-rank matrix) and
+    # the reference's canonical completion
+    for options in (dict(solver='eigh'), dict(solver='newton_schulz'), dict(method='gram')):
+        for tokens in (low_rank, layer_normed):
+            grid = tokens.view(2, 15, 20, 48)
+            on_cpu = condition_tokens(grid, **options)
+            on_cuda = condition_tokens(grid.cuda(), **options)
+            torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-5, atol=1e-5 * float(on_cpu.abs().max()))
+            assert (condition_number(on_cuda.view(2, 300, 48).cpu().double()) <= 2 + 1e-3).all()
+
+
+def _padded_cuda_batch():
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.nn.functional.layer_norm(torch.randn(2, 24 * 40, 96, generator=gen), (96, )).cuda()
+    return tokens, torch.tensor([[24, 40], [17, 29]], device='cuda')
+
+
+@pytest.mark.gpu
+def test_batched_conditioner_runs_without_a_host_sync():
+    from condtok_mm.models.token_conditioner import TokenConditioner
+    conditioner = TokenConditioner()  # solver='auto': Newton-Schulz on CUDA; check='auto': deferred status
+    tokens, sizes = _padded_cuda_batch()
+    conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)  # warm-up: allocations, pinned buffer
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        out = conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    want = TokenConditioner(solver='eigh')(tokens.cpu(), hw_shape=(24, 40), valid_shapes=sizes.cpu())
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_batched_conditioner_is_captured_in_a_cuda_graph():
+    from condtok_mm.models.token_conditioner import TokenConditioner
+    conditioner = TokenConditioner(solver='newton_schulz')
+    tokens, sizes = _padded_cuda_batch()
+    static_tokens, static_sizes = tokens.clone(), sizes.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on a side stream, as CUDA-graph capture requires
+        conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
+    other = torch.nn.functional.layer_norm(torch.randn_like(tokens), (96, ))
+    static_tokens.copy_(other)
+    static_sizes.copy_(torch.tensor([[9, 40], [24, 3]], device='cuda'))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = conditioner(other, hw_shape=(24, 40), valid_shapes=static_sizes.clone())
+    torch.testing.assert_close(static_out, want, rtol=1e-6, atol=1e-6)

@@ -1,4 +1,4 @@
-"""The Gram path's null-space completion does not depend on the eigensolver's choice of bases.
+"""The reference Gram path's (method='gram') null-space completion does not depend on the eigensolver's choice of bases.
 
 torch.linalg.eigh returns an arbitrary orthonormal basis of a repeated eigenvalue's eigenspace (signs for a
 simple one, any rotation for a multiple one), and LAPACK (CPU) and cuSOLVER (CUDA) choose differently; the
@@ -8,7 +8,7 @@ return other, equally valid bases and check that X + C stays the same.
 import pytest
 import torch
 
-from condtok_mm import conditioning
+from condtok_mm.conditioning import completion, reference
 from condtok_mm.conditioning import BOUNDING_MODES, RANK_RTOL, condition_number, condition_tokens
 from conftest import random_tokens
 
@@ -45,14 +45,14 @@ def calls(monkeypatch):
     record = {}
 
     def spy(name):
-        function = getattr(conditioning, name)
+        function = getattr(reference, name)
 
         def wrapper(*args, **kwargs):
             result = function(*args, **kwargs)
             record.setdefault(name, []).append(result is not None and result is not False)
             return result
 
-        monkeypatch.setattr(conditioning, name, wrapper)
+        monkeypatch.setattr(reference, name, wrapper)
 
     for name in ('_conditioned_grid_streaming', '_completion_lift', '_complete_null_space', '_correction_svd'):
         spy(name)
@@ -61,15 +61,16 @@ def calls(monkeypatch):
 
 def unchanged_under_other_eigenbases(monkeypatch, x, **kwargs):
     """condition_tokens(x) with eigh as it is and with :func:`scrambled` eighs: they agree to round-off."""
-    reference = condition_tokens(x, **kwargs)
+    kwargs.setdefault('method', 'gram')
+    expected = condition_tokens(x, **kwargs)
     # the null space's basis (V side) and the completion's eigenvectors (U side) changed one at a time
     for null_sign, other_sign in ((-1, 1), (1, -1)):
         with monkeypatch.context() as patch:
-            patch.setattr(conditioning.torch.linalg, 'eigh', scrambled(torch.linalg.eigh, null_sign, other_sign))
+            patch.setattr(torch.linalg, 'eigh', scrambled(torch.linalg.eigh, null_sign, other_sign))
             other = condition_tokens(x, **kwargs)
-        torch.testing.assert_close(other, reference, rtol=0, atol=1e-10 * float(reference.abs().max()),
+        torch.testing.assert_close(other, expected, rtol=0, atol=1e-10 * float(expected.abs().max()),
                                    msg=lambda m: f'null_sign={null_sign}, other_sign={other_sign}: {m}')
-    return reference
+    return expected
 
 
 def embedded(ranks, n, d, kappa, seed=0):
@@ -143,9 +144,9 @@ def test_layernorm_null_direction_is_lifted_along_plus_ones():
     # V_0 is rotated towards the first DCT vector, the (positive) ones vector: the lift is along +1, and u_0
     # has a positive overlap with the first band of tokens
     x = torch.nn.functional.layer_norm(torch.randn(3, 49, 48, dtype=torch.float64), (48, ))
-    out = condition_tokens(x)
+    out = condition_tokens(x, method='gram')
     lifted = out @ torch.full((48, ), 48 ** -0.5, dtype=torch.float64)  # (X + C) 1/sqrt(d) = D u_0
     s1 = torch.linalg.svdvals(x)[:, 0]
     torch.testing.assert_close(lifted.norm(dim=-1), s1, rtol=1e-9, atol=0)  # sigma_max: D = s_1 / (t - 1)
-    first_band = conditioning._bands(49, 5)[0]
+    first_band = completion._bands(49, 5)[0]
     assert (lifted[:, first_band[0]:first_band[1]].sum(-1) > 0).all()

@@ -20,7 +20,8 @@ def test_wheel_ships_the_package_and_its_configs(tmp_path):
     configs = {osp.relpath(p, REPO_ROOT) for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'),
                                                             recursive=True)}
     assert configs and {f'condtok_mm/.mim/{c}' for c in configs} <= names
-    assert {'condtok_mm/conditioning.py', 'condtok_mm/models/backbones/cond_swin.py'} <= names
+    assert {'condtok_mm/conditioning/__init__.py', 'condtok_mm/conditioning/batched.py',
+            'condtok_mm/models/backbones/cond_swin.py'} <= names
     assert not any(n.startswith(('tests/', 'tools/')) for n in names)
     # what mim looks for: the model index with the metafiles it imports, and the tools
     assert {'condtok_mm/.mim/model-index.yml', 'condtok_mm/.mim/configs/swin/metafile.yml',

@@ -8,7 +8,7 @@ from condtok_mm.conditioning import (RANK_RTOL, condition_number, condition_toke
 from condtok_mm.registry import MODELS
 from conftest import random_tokens, window_matrices
 
-METHODS = ('gram', 'svd')
+METHODS = ('batched', 'gram', 'svd')
 
 
 def numpy_graying(x, epsilon, alpha=1.0):

@@ -1,12 +1,14 @@
 """TokenConditioner: the config-buildable module around :mod:`condtok_mm.conditioning`."""
-from typing import Optional, Sequence, Tuple
+import math
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.model import BaseModule
 
-from condtok_mm.conditioning import (CONDITIONING_METHODS, CONDITIONING_MODES, GRAYING_EPSILON,
+from condtok_mm.conditioning import (ALPHA_MAX, CONDITIONING_METHODS, CONDITIONING_MODES, GRAYING_EPSILON, SOLVERS,
                                      TOKEN_SCALE_CONTROLS, condition_token_windows, condition_tokens,
                                      condition_valid_regions, match_token_scale)
+from condtok_mm.conditioning.valid_sizes import valid_size_tensor
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
@@ -33,12 +35,19 @@ class TokenConditioner(BaseModule):
             'floor' (only singular values below s_1 / target_kappa are lifted) or 'graying' (Token Graying,
             arXiv 2505.01996: X -> U (S / s_1)^epsilon V^T, kappa -> kappa^epsilon, no bound; target_kappa
             unused). Default: 'sigma_max'.
-        alpha (float): scale of the correction, >= 0; 1 reaches the bound. Default: 1.0.
-        target_kappa (float): the bound on kappa, > 1. Default: 2.0.
+        alpha (float): scale of the correction, in [0, 100]; 1 reaches the bound, 0 is the identity. Read at
+            every forward, so a schedule may set ``conditioner.alpha`` between iterations (validated on set;
+            on the batched path a new value recompiles nothing). Default: 1.0.
+        target_kappa (float): the bound on kappa, finite and > 1. Default: 2.0.
         detach (bool): treat C as a constant in backward (the paper is silent; we default to the cheaper,
             always well-defined choice). Default: True.
-        method (str): 'gram' (Gram-matrix eigendecomposition, cheap for N >> d) or 'svd' (reference).
-            Default: 'gram'.
+        method (str): 'batched' (one masked program for the whole padded batch, no host sync with the
+            Newton-Schulz solver; see :mod:`condtok_mm.conditioning.batched`), 'gram' or 'svd' (the float64
+            reference, one image at a time). ``detach=False`` runs the reference ('gram'). Default: 'batched'.
+        solver (str): the batched path's spectral solver: 'auto' (Newton-Schulz for sigma_max on CUDA, eigh
+            otherwise), 'eigh' or 'newton_schulz' (sigma_max only). Default: 'auto'.
+        check (bool or str): when non-finite tokens (in, or out of float16's range) raise: True at once, False
+            never, 'auto' at once on the CPU and deferred to a later call on CUDA (no sync). Default: 'auto'.
         scope (str): 'image' (one N x C matrix per image, the paper's construction) or 'window' (one matrix
             per attention window; forward then needs ``hw_shape``). Default: 'image'.
         window_size (int, optional): side of the attention window, required with ``scope='window'``,
@@ -70,7 +79,7 @@ class TokenConditioner(BaseModule):
                  alpha: float = 1.0,
                  target_kappa: float = 2.0,
                  detach: bool = True,
-                 method: str = 'gram',
+                 method: str = 'batched',
                  scope: str = 'image',
                  window_size: Optional[int] = None,
                  shift_size: int = 0,
@@ -78,6 +87,8 @@ class TokenConditioner(BaseModule):
                  position: str = 'embedding',
                  epsilon: float = GRAYING_EPSILON,
                  control: Optional[str] = None,
+                 solver: str = 'auto',
+                 check='auto',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if mode not in CONDITIONING_MODES:
@@ -86,13 +97,18 @@ class TokenConditioner(BaseModule):
         if method not in CONDITIONING_METHODS:
             raise ValueError(f'TokenConditioner: method={method!r} is not supported; valid methods are '
                              f'{", ".join(CONDITIONING_METHODS)}')
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-            raise ValueError(f'TokenConditioner: alpha={alpha!r} is invalid; use a number >= 0 '
-                             '(1.0 reaches the bound, 0 disables the correction)')
         if isinstance(target_kappa, bool) or not isinstance(target_kappa, (int, float)) \
-                or not target_kappa > 1:
-            raise ValueError(f'TokenConditioner: target_kappa={target_kappa!r} is invalid; use a number '
+                or not (math.isfinite(target_kappa) and target_kappa > 1):
+            raise ValueError(f'TokenConditioner: target_kappa={target_kappa!r} is invalid; use a finite number '
                              '> 1 (the paper uses 2.0)')
+        if solver not in SOLVERS:
+            raise ValueError(f'TokenConditioner: solver={solver!r} is not supported; valid solvers are '
+                             f'{", ".join(SOLVERS)}')
+        if solver == 'newton_schulz' and mode != 'sigma_max':
+            raise ValueError(f"TokenConditioner: solver='newton_schulz' computes mode='sigma_max' only; use "
+                             f"solver='auto' or 'eigh' with mode={mode!r}")
+        if not (check == 'auto' or check is True or check is False):
+            raise ValueError(f"TokenConditioner: check={check!r} is invalid; use 'auto', True or False")
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= 1:
             raise ValueError(f'TokenConditioner: epsilon={epsilon!r} is invalid; use a number in (0, 1] '
                              f"(mode='graying': kappa -> kappa^epsilon; the authors use {GRAYING_EPSILON})")
@@ -121,7 +137,7 @@ class TokenConditioner(BaseModule):
             raise ValueError(f'TokenConditioner: shift_size={shift_size!r} is invalid; use an integer in '
                              f'[0, window_size={window_size})')
         self.mode = mode
-        self.alpha = float(alpha)
+        self.alpha = alpha  # validated by the property
         self.target_kappa = float(target_kappa)
         self.detach = detach
         self.method = method
@@ -132,11 +148,30 @@ class TokenConditioner(BaseModule):
         self.position = position
         self.epsilon = float(epsilon)
         self.control = control
+        self.solver = solver
+        self.check = check
         # Set by the owning backbone so that errors name the place, e.g. 'CondSwinTransformer stage 0'.
         self.location = type(self).__name__
 
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= ALPHA_MAX:
+            raise ValueError(f'TokenConditioner: alpha={value!r} is invalid; use a number in [0, {ALPHA_MAX:g}] '
+                             '(1.0 reaches the bound, 0 disables the correction)')
+        self._alpha = float(value)
+        # the value the batched path reads: one 0-dim CPU tensor, updated in place, so that a compiled
+        # conditioner sees the new strength without recompiling (a CUDA-graph capture keeps the value it was
+        # captured with); not a buffer, so the state dict stays empty
+        if not hasattr(self, '_alpha_value'):
+            self._alpha_value = torch.zeros((), dtype=torch.float64)
+        self._alpha_value.fill_(self._alpha)
+
     def forward(self, tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]] = None,
-                valid_shapes: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+                valid_shapes: Optional[Union[Sequence[Tuple[int, int]], torch.Tensor]] = None) -> torch.Tensor:
         """Condition tokens of shape (B, N, C).
 
         Args:
@@ -144,24 +179,28 @@ class TokenConditioner(BaseModule):
             hw_shape (tuple[int, int], optional): the token grid (H, W) with H * W = N; needed by
                 ``scope='window'`` and with ``valid_shapes``; with ``scope='image'`` it places the
                 null-space completion on bands of whole token rows (see :mod:`condtok_mm.conditioning`).
-            valid_shapes (Sequence[tuple[int, int]], optional): per image, the (h, w) top-left part of the
-                grid that holds its valid (unpadded) tokens. Image i is conditioned as the matrix of those
-                h * w tokens (window scope: windows cut to them, windows wholly outside pass unchanged);
-                the other tokens are returned unchanged. None: every token is valid.
+            valid_shapes (Sequence[tuple[int, int]] or Tensor, optional): per image, the (h, w) top-left part
+                of the grid that holds its valid (unpadded) tokens: non-negative integers, or an integer (B, 2)
+                tensor (kept on the device; see :func:`condtok_mm.conditioning.condition_valid_regions`). Image i
+                is conditioned as the matrix of those h * w tokens (window scope: windows cut to them, windows
+                wholly outside pass unchanged); the other tokens are returned unchanged. None: every token is
+                valid.
         """
         if torch.onnx.is_in_onnx_export():
             # Fail before the exporter traces the rest of the model and stops deep inside on the operator.
             raise RuntimeError(
                 f'{self.location} (mode={self.mode!r}, method={self.method!r}, scope={self.scope!r}) cannot be '
                 'exported to ONNX: ONNX has no eigendecomposition or SVD operator, and the conditioning computes '
-                "one for every input (method='gram': torch.linalg.eigh, method='svd': torch.linalg.svd). "
+                "one for every input (method='batched' and 'gram': torch.linalg.eigh, or Newton-Schulz matmuls on "
+                "CUDA; method='svd': torch.linalg.svd). "
                 'Options: deploy a TorchScript model made with torch.jit.trace at the input size you deploy '
                 "(it keeps these operators and fixes the shapes; torch.export.export stops on the conditioner's "
                 'data-dependent checks), or export the baseline twin '
                 '(conditioning=None, the config without -condtok), which is a different model from this trained '
                 'one.')
-        options = dict(mode=self.mode, alpha=self.alpha, target_kappa=self.target_kappa, detach=self.detach,
-                       method=self.method, where=self.location, centred=self.centred, epsilon=self.epsilon)
+        options = dict(mode=self.mode, alpha=self._alpha_value, target_kappa=self.target_kappa, detach=self.detach,
+                       method=self.method, where=self.location, centred=self.centred, epsilon=self.epsilon,
+                       solver=self.solver, check=self.check)
         window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}
         if hw_shape is None:
             if self.scope == 'window':
@@ -172,8 +211,8 @@ class TokenConditioner(BaseModule):
                                  'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
             return self._control(tokens, condition_tokens(tokens, **options))
         batch, num_tokens, channels = tokens.shape
-        if valid_shapes is not None and len(valid_shapes) != batch:
-            raise ValueError(f'{self.location}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
+        if valid_shapes is not None:
+            valid_shapes = valid_size_tensor(valid_shapes, batch, tokens.device, self.location)
         if self.scope == 'window' and valid_shapes is None:
             return self._control(tokens, condition_token_windows(tokens, hw_shape, **window, **options))
         height, width = hw_shape
@@ -197,7 +236,8 @@ class TokenConditioner(BaseModule):
                   if self.scope == 'window' else '')
         return (f'mode={self.mode!r}, alpha={self.alpha}, target_kappa={self.target_kappa}, '
                 f'detach={self.detach}, method={self.method!r}, scope={self.scope!r}{window}, '
-                f'centred={self.centred}, position={self.position!r}, control={self.control!r}'
+                f'centred={self.centred}, position={self.position!r}, control={self.control!r}, '
+                f'solver={self.solver!r}, check={self.check!r}'
                 + (f', epsilon={self.epsilon}' if self.mode == 'graying' else ''))
 
 

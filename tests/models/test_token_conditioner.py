@@ -12,7 +12,7 @@ from mmdet.registry import MODELS as MMDET_MODELS
 def test_builds_by_bare_name_from_mmdet_registry_with_defaults():
     conditioner = MMDET_MODELS.build(dict(type='TokenConditioner'))
     assert (conditioner.mode, conditioner.alpha, conditioner.target_kappa, conditioner.detach,
-            conditioner.method) == ('sigma_max', 1.0, 2.0, True, 'gram')
+            conditioner.method) == ('sigma_max', 1.0, 2.0, True, 'batched')
     assert list(conditioner.parameters()) == [] and list(conditioner.buffers()) == []
     assert conditioner.state_dict() == {}
 
@@ -30,10 +30,10 @@ def test_forward_conditions_each_image(mode):
 
 @pytest.mark.parametrize('cfg, message', [
     (dict(mode='max'), "mode='max' is not supported; valid modes are sigma_max, floor"),
-    (dict(method='qr'), "method='qr' is not supported; valid methods are gram, svd"),
-    (dict(alpha=-0.5), 'alpha=-0.5 is invalid; use a number >= 0'),
+    (dict(method='qr'), "method='qr' is not supported; valid methods are batched, gram, svd"),
+    (dict(alpha=-0.5), 'alpha=-0.5 is invalid; use a number in \[0, 100\]'),
     (dict(alpha='1'), "alpha='1' is invalid"),
-    (dict(target_kappa=1), 'target_kappa=1 is invalid; use a number > 1'),
+    (dict(target_kappa=1), 'target_kappa=1 is invalid; use a finite number > 1'),
     (dict(detach='yes'), "detach='yes' is invalid; use True or False"),
 ])
 def test_invalid_config_fails_at_build_time(cfg, message):
@@ -141,7 +141,7 @@ def test_onnx_export_stops_at_the_conditioner_with_the_options():
                                  num_heads=(1, 2, 4, 8), window_size=4))
     backbone.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
     with pytest.raises(RuntimeError, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', "
-                       r"method='gram', scope='image'\) cannot be exported to ONNX: .*Options: deploy a TorchScript "
+                       r"method='batched', scope='image'\) cannot be exported to ONNX: .*Options: deploy a TorchScript "
                        r'model made with torch.jit.trace at the input size you deploy.*or export the baseline twin \(conditioning=None'):
         torch.onnx.export(backbone, (torch.randn(1, 3, 64, 64), ), io.BytesIO(), dynamo=False)
 

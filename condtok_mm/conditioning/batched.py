@@ -1,0 +1,145 @@
+"""The batched path: one masked program for every token matrix of a padded batch (or every window of it).
+
+Each of the S matrices of a stack ``x`` (S, L, d) is the set of its tokens where ``mask`` (S, L) is True, in
+their row-major order; n_s of them. No Python loop runs over images, windows or bands, nothing reads a value
+back to the host, and the shapes do not depend on the data: the same launches for any valid sizes.
+
+Regularised spectral function (modes 'sigma_max' and 'floor'). With u the valid tokens (n x d, float64),
+rho = TAU ||u||_F and the fixed canonical n x d matrix E = Z F^T (Z: normalised indicators of m = min(n, d) runs
+of consecutive valid tokens, F: the first m orthonormal DCT-II vectors of R^d; E has orthonormal columns when
+n >= d and orthonormal rows when n < d),
+
+    u~ = u + rho E,   G~ = u~^T u~ = G + rho (u^T Z F^T + F Z^T u) + rho^2 F_m F_m^T,
+    X + C = X + alpha (u~ (I + M) - u),   M = h(G~),
+
+with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT rho^2
+where n < d, SHIFT_FULL rho^2 otherwise): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
+upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
+u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
+eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
+(constant tokens, an all-black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the
+directions that are zero by structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being
+lifted (see SHIFT). Z^T u and Z F^T (I + M) are batched matmuls with the band indicators (no atomics: deterministic).
+
+Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
+loops over the stack and reads its error info back: one host sync per call, not per image). 'newton_schulz'
+(sigma_max only): s~_1 from trace powers (:func:`.matrix_functions.largest_eigenvalue_bound`, an upper bound, so
+kappa(X + C) <= t holds by construction) and (G~ + delta I)^(-1/2) from a fixed number of coupled Newton-Schulz
+steps: matmuls only, no host sync, capturable in a CUDA graph.
+
+'graying' is a spectral function of G itself (no regularisation: it maps the null directions to 0): one batched
+eigh, X + C = X V diag((1 - alpha) + alpha g(s) / s) V^T.
+"""
+
+import math
+
+import torch
+
+from .completion import _channel_candidates
+from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
+from .matrix_functions import inverse_sqrt_newton_schulz, largest_eigenvalue_bound, newton_schulz_steps
+from .modes import RANK_RTOL, _grayed
+
+# rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
+TAU = 1e-5
+# delta = SHIFT rho^2 where n < d: G~ then has d - n zero eigenvalues by structure, and their round-off (about
+# eps lambda_max) must not be inverted. Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
+# h finite; its smallest eigenvalues can lie well below rho^2 when n is close to d (a square X: about rho^2 / n^2).
+SHIFT, SHIFT_FULL = 1e-4, 1e-10
+# Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
+_NEWTON_SCHULZ_STEPS = newton_schulz_steps(SHIFT_FULL * TAU**2)
+
+
+def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
+    """'auto' -> 'newton_schulz' for sigma_max on CUDA, 'eigh' otherwise."""
+    if solver != 'auto':
+        return solver
+    return 'newton_schulz' if mode == 'sigma_max' and device.type == 'cuda' else 'eigh'
+
+
+def _band_indicators(mask: torch.Tensor, d: int):
+    """Z: the normalised indicators (S, L, d) of the bands j < m = min(n, d) of every stack entry (runs of
+    floor((j+1) n / m) - floor(j n / m) consecutive valid tokens; a token outside the mask is in no band), float64,
+    and which bands exist (S, d). Z^T u and Z W are then batched matmuls: deterministic, no atomics."""
+    count = mask.cumsum(-1)  # valid tokens up to and including each position
+    n = count[:, -1:]
+    m = n.clamp(max=d)
+    n_safe, m_safe = n.clamp(min=1), m.clamp(min=1)
+    band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # d: in no band
+    j = torch.arange(d + 1, device=mask.device)
+    edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1)
+    length = (edges[:, 1:] - edges[:, :-1]).clamp(min=1)
+    live = j[:-1] < m
+    weight = (live / length.sqrt()).to(torch.float64)  # (S, d)
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+    return torch.where(band.unsqueeze(-1) == j[:-1], weight.unsqueeze(1), zero), live
+
+
+def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+                     epsilon: float, solver: str):
+    """X + C (float64 (S, L, d), zero outside ``mask``) and the status (S,) of each matrix (FINE, BAD_INPUT where X
+    has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype). ``solver`` is 'eigh' or 'newton_schulz' (see the
+    module). The caller puts the tokens outside the mask back."""
+    stack, length_tokens, d = x.shape
+    valid = mask.unsqueeze(-1)
+    masked = x.to(torch.float64, copy=True).masked_fill_(~valid, 0)
+    u, scale = masked, None
+    if x.dtype == torch.float64:  # squares of float32/16 values cannot overflow or underflow in float64
+        scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))
+        scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+        u = masked / scale[:, None, None]
+    gram = u.transpose(-1, -2) @ u
+    finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    gram = torch.where(finite[:, None, None], gram, zero)
+    eye = torch.eye(d, dtype=torch.float64, device=x.device)
+    if mode == 'graying':
+        lam, v = torch.linalg.eigh(gram)
+        s = lam.clamp_min(0).sqrt()
+        gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
+        grayed = (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
+        if scale is not None:
+            grayed = grayed / scale[:, None, None]
+        # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
+        conditioned = masked @ ((1 - alpha) * eye + alpha * grayed)
+        return conditioned, _status(conditioned, finite, x.dtype)
+    bands, live = _band_indicators(mask, d)
+    zu = torch.where(finite[:, None, None], bands.transpose(-1, -2) @ u, zero)  # Z^T u (S, bands, channels)
+    dct = _channel_candidates(d, d, x.device)  # F: column j is the j-th DCT-II vector
+    rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
+    cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
+    live_dct = dct * live.unsqueeze(-2)
+    gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
+                + (rho**2)[:, None, None] * (live_dct @ dct.T))
+    delta = torch.where(mask.sum(-1) < d, SHIFT, SHIFT_FULL) * rho**2
+    if solver == 'newton_schulz':
+        upper = largest_eigenvalue_bound(gram_reg)
+        c = upper.sqrt() / (target_kappa - 1)
+        shifted = gram_reg + delta[:, None, None] * eye
+        m_matrix = c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
+    else:
+        lam, v = torch.linalg.eigh(gram_reg)
+        s = (lam.clamp_min(0) + delta.unsqueeze(-1)).sqrt()
+        s1 = lam[..., -1:].clamp_min(0).sqrt()
+        lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
+        h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
+        m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
+    # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
+    band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
+    if scale is not None:
+        band_rows = band_rows * scale[:, None, None]
+    conditioned = masked @ (eye + alpha * m_matrix)  # alpha = 0: X I + 0 Z, exactly X
+    conditioned = conditioned.baddbmm_(bands, band_rows)
+    return conditioned, _status(conditioned, finite, x.dtype)
+
+
+def _status(conditioned: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """FINE, BAD_INPUT (not ``finite``) or BAD_OUTPUT (a value of X + C beyond ``dtype``'s range) per matrix."""
+    largest = torch.linalg.vector_norm(conditioned, ord=math.inf, dim=(1, 2))
+    overflow = ~(largest <= torch.finfo(dtype).max)  # NaN included
+    return torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
+
+
+def finish(x: torch.Tensor, conditioned: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``conditioned`` (B, ..., d) on the tokens of ``mask`` (B, ...), ``x`` elsewhere, in x's dtype."""
+    return torch.where(mask.unsqueeze(-1), conditioned.to(x.dtype), x)

@@ -1,0 +1,114 @@
+"""The conditioning modes (the lift each gives a singular value), their options and the checks of those options."""
+import math
+from typing import Tuple
+
+import torch
+
+# Modes that bound kappa(X + C) <= target_kappa; 'graying' raises small singular values without a bound.
+BOUNDING_MODES = ('sigma_max', 'floor')
+CONDITIONING_MODES = BOUNDING_MODES + ('graying', )
+# 'batched': one masked program for the whole padded batch (the default, :mod:`.batched`); 'gram' and 'svd': the
+# float64 reference (:mod:`.reference`), one image at a time, kept as the tests' oracle.
+CONDITIONING_METHODS = ('batched', 'gram', 'svd')
+# How the batched path evaluates its spectral function: 'eigh' (one batched LAPACK/cuSOLVER eigh of the (B, d, d)
+# stack), 'newton_schulz' (matmuls only, no host sync; mode='sigma_max' only), 'auto' (Newton-Schulz on CUDA for
+# sigma_max, eigh otherwise).
+SOLVERS = ('auto', 'eigh', 'newton_schulz')
+# The strength alpha scales C linearly (0: the identity, 1: the bound is reached). Beyond this the output is
+# dominated by C (and can overflow half precision); 1e30 is a typo, not an experiment.
+ALPHA_MAX = 100.0
+TOKEN_SCALE_CONTROLS = ('scale_matched', 'norm_matched')
+
+# Singular values below RANK_RTOL * s_1 are treated as null directions on the Gram path. The eigenvalues
+# of a float64 Gram matrix carry an absolute error of about eps * N * s_1^2, so singular values below
+# ~1e-6 s_1 cannot be resolved from it; those directions are completed exactly instead. Leaving a true
+# singular value s <= RANK_RTOL * s_1 in place moves the corrected spectrum by at most s (Weyl), so
+# kappa(X + C) stays within (1 + RANK_RTOL) of the bound.
+RANK_RTOL = 1e-5
+# Token Graying's default strength (the authors' default).
+GRAYING_EPSILON = 0.95
+# When non-finite tokens (in or out) raise: True at once (a host read), False never, 'auto' at once on the CPU
+# and, on CUDA, from a flag copied to the host without a sync and read at the next call (see .diagnostics).
+CHECKS = ('auto', True, False)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_arguments(mode: str, alpha: float, target_kappa: float, method: str, epsilon: float,
+                    solver: str = 'auto', check='auto', where: str = 'condition_tokens') -> None:
+    """Raise ValueError, naming the option and its valid values, for an invalid conditioning option."""
+    if mode not in CONDITIONING_MODES:
+        raise ValueError(f'{where}: conditioning mode must be one of {CONDITIONING_MODES}, got {mode!r}')
+    if method not in CONDITIONING_METHODS:
+        raise ValueError(f'{where}: conditioning method must be one of {CONDITIONING_METHODS}, got {method!r}')
+    if isinstance(alpha, torch.Tensor):  # a strength that a schedule updates in place: not read (no host sync)
+        if alpha.dim() != 0 or not alpha.is_floating_point() or alpha.device.type != 'cpu':
+            raise ValueError(f'{where}: alpha as a tensor must be a 0-dim floating CPU tensor, got '
+                             f'{alpha.dtype} of shape {tuple(alpha.shape)} on {alpha.device}')
+    elif not (_is_number(alpha) and 0 <= alpha <= ALPHA_MAX):
+        raise ValueError(f'{where}: conditioning alpha must be a number in [0, {ALPHA_MAX:g}] (1 reaches the '
+                         f'bound, 0 disables the correction), got {alpha!r}')
+    if not (_is_number(target_kappa) and math.isfinite(target_kappa) and target_kappa > 1):
+        raise ValueError(f'{where}: target_kappa must be a finite number > 1 (the paper uses 2.0), '
+                         f'got {target_kappa!r}')
+    if not (_is_number(epsilon) and 0 < epsilon <= 1):
+        raise ValueError(f"{where}: graying epsilon must be a number in (0, 1] (kappa -> kappa^epsilon; the "
+                         f"authors' default is {GRAYING_EPSILON}), got {epsilon!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f'{where}: solver must be one of {SOLVERS}, got {solver!r}')
+    if solver == 'newton_schulz' and mode != 'sigma_max':
+        raise ValueError(f"{where}: solver='newton_schulz' computes mode='sigma_max' only (floor and graying "
+                         f"need the eigenvalues themselves); use solver='auto' or 'eigh' with mode={mode!r}")
+    if not (check == 'auto' or check is True or check is False):
+        raise ValueError(f"{where}: check must be one of {CHECKS} ('auto': at once on the CPU, deferred to the "
+                         f'next call on CUDA), got {check!r}')
+
+
+def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float, target_kappa: float,
+          epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
+    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``)."""
+    if mode == 'sigma_max':
+        return (alpha / (target_kappa - 1)) * s1.expand_as(s)
+    if mode == 'floor':
+        return alpha * (s1 / target_kappa - s).clamp_min(0)
+    return alpha * (_grayed(s, s1, epsilon) - s)
+
+
+def _grayed(s: torch.Tensor, s1: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Token Graying's singular values (s_i / s_1)^eps, with round-off-level s_i (<= RANK_RTOL s_1) -> 0.
+
+    The masked branches see only safe values, so that the gradient (detach=False) stays finite at s_i = 0
+    and s_1 = 0.
+    """
+    live = s > RANK_RTOL * s1
+    ratio = torch.where(live, s / torch.where(live, s1, torch.ones_like(s1)), torch.ones_like(s))
+    return torch.where(live, ratio**epsilon, torch.zeros_like(s))
+
+
+def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float, epsilon: float
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From the ascending eigenvalues ``lam`` of G = X^T X: (s, null, lift, scale, keep).
+
+    ``null`` marks the null directions to complete (each lifted by ``lift``), ``scale`` the factor C adds
+    to X v_i on the others and ``keep`` = 1 + scale, the factor of X + C (X + C = X V diag(keep) V^T there).
+    Zero samples (s_1 = 0) get nothing.
+    """
+    s = lam.clamp_min(0).sqrt()
+    s1 = s[..., -1:]
+    has_signal = s1 > 0
+    null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
+    lift = _lift(s, s1, mode, alpha, target_kappa, epsilon) * has_signal
+    # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
+    scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
+    keep = scale + 1
+    if mode == 'graying':
+        # keep = (1 - alpha) + alpha g_i / s_i, formed directly: 1 + (g_i / s_i - 1) would cancel to 0 where
+        # s_i >> 1 (graying's output does not scale with X). Null directions have g_i = 0: X's own (round-off)
+        # component there is scaled by 1 - alpha, as on the SVD path, and nothing is lifted or completed.
+        keep = (1 - alpha) + alpha * _grayed(s, s1, epsilon) / s.clamp_min(1e-300)
+        scale = keep - 1
+        null = torch.zeros_like(null)
+    return s, null, lift, scale, keep
+
