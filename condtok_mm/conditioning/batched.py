@@ -19,7 +19,8 @@ u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is
 eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
 (constant tokens, an all-black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the
 directions that are zero by structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being
-lifted (see SHIFT). Z^T u and Z F^T (I + M) are batched matmuls with the band indicators (no atomics: deterministic).
+lifted (see SHIFT). Z^T u and Z F^T (I + M) cost O(N d): prefix sums at the band edges and a gather by band (no
+atomics: deterministic).
 
 Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
 loops over the stack and reads its error info back: one host sync per call, not per image). 'newton_schulz'
@@ -57,22 +58,56 @@ def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
     return 'newton_schulz' if mode == 'sigma_max' and device.type == 'cuda' else 'eigh'
 
 
-def _band_indicators(mask: torch.Tensor, d: int):
-    """Z: the normalised indicators (S, L, d) of the bands j < m = min(n, d) of every stack entry (runs of
-    floor((j+1) n / m) - floor(j n / m) consecutive valid tokens; a token outside the mask is in no band), float64,
-    and which bands exist (S, d). Z^T u and Z W are then batched matmuls: deterministic, no atomics."""
-    count = mask.cumsum(-1)  # valid tokens up to and including each position
-    n = count[:, -1:]
-    m = n.clamp(max=d)
-    n_safe, m_safe = n.clamp(min=1), m.clamp(min=1)
-    band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # d: in no band
-    j = torch.arange(d + 1, device=mask.device)
-    edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1)
-    length = (edges[:, 1:] - edges[:, :-1]).clamp(min=1)
-    live = j[:-1] < m
-    weight = (live / length.sqrt()).to(torch.float64)  # (S, d)
-    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
-    return torch.where(band.unsqueeze(-1) == j[:-1], weight.unsqueeze(1), zero), live
+def _block_length(length: int) -> int:
+    """The largest divisor of ``length`` up to 512 (a grid's row width divides H * W): the block of the band sums."""
+    return max(b for b in range(1, min(length, 512) + 1) if length % b == 0)
+
+
+class _Bands:
+    """The bands j < m = min(n, d) of every stack entry: runs of floor((j+1) n / m) - floor(j n / m) consecutive
+    valid tokens (a token outside the mask is in no band), as Z, the normalised band indicators.
+
+    Z is never formed (an (S, L, d) float64 matrix, and two more N x d x d products): Z^T u is the difference of the
+    prefix sums of u at the band edges (:meth:`sums`: block sums, their running sum, and the part of one block per
+    edge) and Z W gives every token its band's row of W (:meth:`spread`: one index_select), O(N d) each with fast
+    reductions and copies (CPU cumsum and gather over N x d are slower than a d x d x N matmul), deterministic (no
+    atomics), the same launches for any valid sizes.
+    """
+
+    def __init__(self, mask: torch.Tensor, d: int):
+        count = mask.cumsum(-1)  # valid tokens up to and including each position, non-decreasing
+        n = count[:, -1:]
+        m = n.clamp(max=d)
+        n_safe, m_safe = n.clamp(min=1), m.clamp(min=1)
+        j = torch.arange(d + 1, device=mask.device)
+        edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1), in valid tokens
+        self.live = j[:-1] < m  # (S, d): which bands exist
+        self.weight = (self.live / (edges[:, 1:] - edges[:, :-1]).clamp(min=1).sqrt()).to(torch.float64)
+        # positions whose count is <= each edge: the first e valid tokens lie in the first `ends` positions
+        self.ends = torch.searchsorted(count.contiguous(), edges.contiguous(), right=True)  # (S, d + 1)
+        band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # (S, L); d: no band
+        stack = mask.shape[0]
+        self.rows = (band + (d + 1) * torch.arange(stack, device=mask.device).unsqueeze(-1)).reshape(-1)
+
+    def sums(self, u: torch.Tensor) -> torch.Tensor:
+        """Z^T u (S, d bands, channels) for u (S, L, channels), zero outside the mask."""
+        stack, length, channels = u.shape
+        block = _block_length(length)
+        blocks = u.view(stack, length // block, block, channels)
+        before = torch.nn.functional.pad(blocks.sum(2).cumsum(1), (0, 0, 1, 0))  # sums of the blocks before k
+        index = (self.ends // block).clamp(max=length // block - 1)  # (S, d + 1): the block each edge ends in
+        rest = self.ends - index * block  # the positions of that block before the edge, 0..block
+        cut = torch.gather(blocks, 1, index[..., None, None].expand(-1, -1, block, channels))
+        head = (torch.arange(block, device=u.device) < rest.unsqueeze(-1)).to(u.dtype)  # (S, d + 1, block)
+        prefix = torch.gather(before, 1, index.unsqueeze(-1).expand(-1, -1, channels)) \
+            + (head.unsqueeze(-2) @ cut).squeeze(-2)
+        return (prefix[:, 1:] - prefix[:, :-1]) * self.weight.unsqueeze(-1)
+
+    def spread(self, rows: torch.Tensor) -> torch.Tensor:
+        """Z W (S, L, channels) for W (S, d bands, channels): every token gets its band's row (zero: none)."""
+        stack, bands, channels = rows.shape
+        weighted = torch.nn.functional.pad(rows * self.weight.unsqueeze(-1), (0, 0, 0, 1))  # row d: no band
+        return weighted.reshape(-1, channels).index_select(0, self.rows).view(stack, -1, channels)
 
 
 def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: float, target_kappa: float,
@@ -103,8 +138,9 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
         conditioned = masked @ ((1 - alpha) * eye + alpha * grayed)
         return conditioned, _status(conditioned, finite, x.dtype)
-    bands, live = _band_indicators(mask, d)
-    zu = torch.where(finite[:, None, None], bands.transpose(-1, -2) @ u, zero)  # Z^T u (S, bands, channels)
+    bands = _Bands(mask, d)
+    live = bands.live
+    zu = torch.where(finite[:, None, None], bands.sums(u), zero)  # Z^T u (S, bands, channels)
     dct = _channel_candidates(d, d, x.device)  # F: column j is the j-th DCT-II vector
     rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
     cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
@@ -129,7 +165,7 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     if scale is not None:
         band_rows = band_rows * scale[:, None, None]
     conditioned = masked @ (eye + alpha * m_matrix)  # alpha = 0: X I + 0 Z, exactly X
-    conditioned = conditioned.baddbmm_(bands, band_rows)
+    conditioned += bands.spread(band_rows)
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
