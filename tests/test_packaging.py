@@ -93,7 +93,8 @@ TOOLKIT = dict(cuda_home='/opt/cuda-13.0', nvcc_release='13.0', cuda_headers=Tru
     (dict(torch_cuda='13.0', arch_list='8.0 9.0+PTX', **H200, **TOOLKIT), ('1', '8.0;9.0+PTX', '/opt/cuda-13.0',
                                                                           'cu13.0-sm80-sm90ptx')),
     # a build host without a GPU: FORCE_CUDA=1 and the target architectures
-    (dict(torch_cuda='13.0', force_cuda='1', arch_list='9.0', **TOOLKIT), ('1', '9.0', '/opt/cuda-13.0', 'cu13.0-sm90')),
+    (dict(torch_cuda='13.0', force_cuda='1', arch_list='9.0', **TOOLKIT),
+     ('1', '9.0', '/opt/cuda-13.0', 'cu13.0-sm90')),
     # CPU ops: no GPU (nvcc or not), a CPU-only torch, or FORCE_CUDA=0 whatever the machine has
     (dict(torch_cuda='13.0', **TOOLKIT), ('0', '', '', 'cpu')),
     (dict(torch_cuda='13.0'), ('0', '', '', 'cpu')),
