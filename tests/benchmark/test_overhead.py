@@ -145,3 +145,19 @@ def test_op_counts_counts_each_dispatched_op_host_read_and_float64_flop():
 def test_op_counts_of_single_ops(fn, expected):
     x = torch.randn(6, 4, dtype=torch.float64)
     assert op_counts.count_ops(lambda: fn(x), 'cpu') == expected
+
+
+@pytest.mark.gpu
+def test_op_counts_on_cuda_count_the_kernels_run_and_the_blocking_calls():
+    x = torch.randn(64, 64, device='cuda')
+    x + 1  # warm-up: the first launch loads the kernel
+
+    def adds():
+        for _ in range(3):
+            x + 1  # one elementwise kernel each, nothing waits
+
+    counts = op_counts.count_ops(adds, 'cuda')
+    assert (counts['aten_ops'], counts['host_reads'], counts['cuda_kernels'], counts['cuda_syncs']) == (3, 0, 3, 0)
+    # .item(): a sum kernel, then a copy to the host and one stream synchronize
+    counts = op_counts.count_ops(lambda: x.sum().item(), 'cuda')
+    assert (counts['host_reads'], counts['cuda_kernels'], counts['cuda_syncs']) == (1, 1, 1)
