@@ -168,6 +168,7 @@ def test_mmcv_build_check_runs_the_compiled_ops_and_a_cuda_tag_needs_cuda_ops():
         assert ' on the CPU and on ' in mmcv_build.check_ops('cu13.0-sm90')
 
 
+@pytest.mark.slow  # three runs of install.sh, each starting python with torch (about 30 s)
 def test_install_sh_keys_its_stamp_by_the_mmcv_build_and_stops_on_a_build_error(tmp_path):
     # A venv whose python is this one and whose stamp is what install.sh writes for a CPU build: install.sh
     # takes the already-installed exit. Forcing a CUDA build changes the tag, so the same stamp no longer
