@@ -87,7 +87,7 @@ def choose_build(machine: Machine) -> Build:
     if not machine.capabilities and force != '1':
         return Build('0', '', '', 'cpu', 'CPU ops (torch sees no CUDA device; FORCE_CUDA=1 builds CUDA ops anyway)')
     gpus = ', '.join(machine.device_names) or 'no visible GPU (FORCE_CUDA=1)'
-    toolkit = f'the CUDA {machine.torch_cuda} toolkit (torch {machine.torch_cuda} was built with it)'
+    toolkit = f'the CUDA {machine.torch_cuda} toolkit (this torch was built with CUDA {machine.torch_cuda})'
     if machine.nvcc_release is None:
         where = (f'{machine.cuda_home}/bin/nvcc does not exist' if machine.cuda_home else
                  'no nvcc on PATH, CUDA_HOME unset and no /usr/local/cuda')
