@@ -16,7 +16,8 @@ GPU_CHECK_DIR ?= work_dirs/gpu_check
 
 .PHONY: install demo bench study test test-quick gpu-check clean-demo
 
-# The install script is idempotent (a stamp plus a check that mmcv.ops loads); a second run takes seconds.
+# The install script is idempotent (a stamp plus a check that mmcv's ops run); a second run takes seconds. Where
+# torch sees a GPU and nvcc is there it compiles mmcv's CUDA ops for that GPU (FORCE_CUDA=0: CPU ops only).
 install:
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/install.sh
 

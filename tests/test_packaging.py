@@ -1,5 +1,6 @@
 import ast
 import glob
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -8,6 +9,8 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+
+import pytest
 
 from conftest import REPO_ROOT, build_wheel
 
@@ -67,3 +70,133 @@ def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_pat
     report = json.load(open(tmp_path / 'report.json'))
     to_install = [re.sub(r'[-_.]+', '-', item['metadata']['name']).lower() for item in report['install']]
     assert to_install == ['condtok-mm'], report['install']
+
+
+def load_mmcv_build():
+    """tools/mmcv_build.py as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location('mmcv_build', osp.join(REPO_ROOT, 'tools', 'mmcv_build.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mmcv_build = load_mmcv_build()
+H200 = dict(capabilities=[(9, 0)], device_names=['NVIDIA H200'])
+TOOLKIT = dict(cuda_home='/opt/cuda-13.0', nvcc_release='13.0', cuda_headers=True)
+
+
+@pytest.mark.parametrize('machine, expected', [
+    (dict(torch_cuda='13.0', **H200, **TOOLKIT), ('1', '9.0', '/opt/cuda-13.0', 'cu13.0-sm90')),
+    # every visible architecture once, sorted; nvcc's minor release may differ from torch's (cpp_extension warns)
+    (dict(torch_cuda='13.0', capabilities=[(9, 0), (8, 6), (9, 0)], device_names=['a', 'b', 'c'],
+          **dict(TOOLKIT, nvcc_release='13.1')), ('1', '8.6;9.0', '/opt/cuda-13.0', 'cu13.1-sm86-sm90')),
+    # a TORCH_CUDA_ARCH_LIST the user set wins over the visible GPU
+    (dict(torch_cuda='13.0', arch_list='8.0 9.0+PTX', **H200, **TOOLKIT), ('1', '8.0;9.0+PTX', '/opt/cuda-13.0',
+                                                                          'cu13.0-sm80-sm90ptx')),
+    # a build host without a GPU: FORCE_CUDA=1 and the target architectures
+    (dict(torch_cuda='13.0', force_cuda='1', arch_list='9.0', **TOOLKIT),
+     ('1', '9.0', '/opt/cuda-13.0', 'cu13.0-sm90')),
+    # CPU ops: no GPU (nvcc or not), a CPU-only torch, or FORCE_CUDA=0 whatever the machine has
+    (dict(torch_cuda='13.0', **TOOLKIT), ('0', '', '', 'cpu')),
+    (dict(torch_cuda='13.0'), ('0', '', '', 'cpu')),
+    (dict(torch_cuda=None), ('0', '', '', 'cpu')),
+    (dict(torch_cuda='13.0', force_cuda='0', **H200), ('0', '', '', 'cpu')),
+    (dict(torch_cuda='13.0', force_cuda='', **TOOLKIT), ('0', '', '', 'cpu')),
+], ids=['h200', 'mixed-gpus', 'user-arch-list', 'force-cuda-no-gpu', 'no-gpu', 'no-gpu-no-nvcc', 'cpu-torch',
+        'force-cpu', 'empty-force-cuda'])
+def test_mmcv_build_is_cuda_for_the_visible_architectures_where_there_is_a_gpu_and_nvcc(machine, expected):
+    build = mmcv_build.choose_build(mmcv_build.Machine(**machine))
+    assert (build.force_cuda, build.arch_list, build.cuda_home, build.tag) == expected
+
+
+@pytest.mark.parametrize('machine, message', [
+    (dict(torch_cuda='13.0', **H200), r'torch sees NVIDIA H200 but .*nvcc: no nvcc on PATH, CUDA_HOME unset.*'
+                                      r'Install the CUDA 13\.0 toolkit.*set CUDA_HOME.*FORCE_CUDA=0 make install'),
+    (dict(torch_cuda='13.0', **H200, cuda_home='/usr/local'), r'/usr/local/bin/nvcc does not exist.*CUDA 13\.0 '),
+    (dict(torch_cuda='13.0', **H200, **dict(TOOLKIT, cuda_headers=False)), r'no include/cuda_runtime\.h.*CUDA_HOME'),
+    (dict(torch_cuda='13.0', **H200, **dict(TOOLKIT, nvcc_release='12.8')),
+     r'nvcc at /opt/cuda-13\.0 is CUDA 12\.8 but torch was built with CUDA 13\.0.*install the CUDA 13\.0 toolkit'),
+    (dict(torch_cuda='13.0', force_cuda='1', **TOOLKIT), r'FORCE_CUDA=1 without a visible GPU: set TORCH_CUDA_ARCH'),
+    (dict(torch_cuda='13.0', arch_list='sm_90', **H200, **TOOLKIT), r"TORCH_CUDA_ARCH_LIST='sm_90' is not a list"),
+    (dict(torch_cuda=None, force_cuda='1'), r'FORCE_CUDA=1 but this torch is a CPU-only build'),
+    (dict(torch_cuda='13.0', force_cuda='yes', **H200, **TOOLKIT), r"FORCE_CUDA='yes': set it to 1"),
+], ids=['no-nvcc', 'no-nvcc-in-cuda-home', 'no-headers', 'nvcc-major-mismatch', 'force-cuda-no-arch', 'bad-arch',
+        'force-cuda-cpu-torch', 'bad-force-cuda'])
+def test_mmcv_build_stops_naming_the_fix_where_a_cuda_build_cannot_work(machine, message):
+    with pytest.raises(mmcv_build.BuildError, match=message):
+        mmcv_build.choose_build(mmcv_build.Machine(**machine))
+
+
+def fake_toolkit(root, release):
+    """A CUDA_HOME whose bin/nvcc reports ``release`` and which has the CUDA runtime header."""
+    os.makedirs(root / 'bin')
+    os.makedirs(root / 'include')
+    (root / 'include' / 'cuda_runtime.h').write_text('')
+    nvcc = root / 'bin' / 'nvcc'
+    nvcc.write_text(f'#!/bin/sh\necho "Cuda compilation tools, release {release}, V{release}.0"\n')
+    nvcc.chmod(0o755)
+    return str(root)
+
+
+def run_mmcv_build(*args, **env):
+    return subprocess.run([sys.executable, osp.join(REPO_ROOT, 'tools', 'mmcv_build.py'), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+
+
+def test_mmcv_build_choose_reads_this_machine_and_prints_what_install_sh_parses(tmp_path):
+    import torch
+    visible = torch.cuda.device_count()
+    result = run_mmcv_build('choose', CUDA_HOME=fake_toolkit(tmp_path / 'cuda', torch.version.cuda or '13.0'),
+                            FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST='' if visible else '7.5')
+    if torch.version.cuda is None:
+        assert result.returncode == 1 and 'CPU-only build' in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    arch = ';'.join(sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(visible)})) or '7.5'
+    assert result.stdout.splitlines() == [
+        'FORCE_CUDA=1', f'TORCH_CUDA_ARCH_LIST={arch}', f'CUDA_HOME={tmp_path / "cuda"}',
+        f'MMCV_BUILD_TAG=cu{torch.version.cuda}-' + '-'.join('sm' + a.replace('.', '') for a in arch.split(';'))]
+    assert f'[install] mmcv build: CUDA ops for {arch}' in result.stderr
+
+
+def test_mmcv_build_check_runs_the_compiled_ops_and_a_cuda_tag_needs_cuda_ops():
+    from mmcv.ops import get_compiling_cuda_version
+    assert mmcv_build.check_ops('cpu') == 'nms and RoIAlign on the CPU'
+    if get_compiling_cuda_version() == 'not available':
+        with pytest.raises(AssertionError, match='mmcv was compiled without CUDA ops but this machine.s build is cu'):
+            mmcv_build.check_ops('cu13.0-sm90')
+    else:
+        assert ' on the CPU and on ' in mmcv_build.check_ops('cu13.0-sm90')
+
+
+@pytest.mark.slow  # three runs of install.sh, each starting python with torch (about 30 s)
+def test_install_sh_keys_its_stamp_by_the_mmcv_build_and_stops_on_a_build_error(tmp_path):
+    # A venv whose python is this one and whose stamp is what install.sh writes for a CPU build: install.sh
+    # takes the already-installed exit. Forcing a CUDA build changes the tag, so the same stamp no longer
+    # matches (nor does the CPU-only mmcv pass the CUDA check) and it goes on to install (stopped at once here
+    # by PYTHON=/bin/false: no pip runs).
+    venv = tmp_path / 'venv'
+    os.makedirs(venv / 'bin')
+    (venv / 'bin' / 'python').write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (venv / 'bin' / 'python').chmod(0o755)
+    install = osp.join(REPO_ROOT, 'tools', 'install.sh')
+    stamp_function = re.search(r'^stamp_value\(\) \{.*?^\}', open(install).read(), re.S | re.M).group(0)
+    stamps = {tag: subprocess.run(['bash', '-c', f'{stamp_function}\nMMCV_BUILD_TAG={tag}; stamp_value'],
+                                  cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+              for tag in ('cpu', 'cu13.0-sm90', 'cu13.0-sm80')}
+    assert len(set(stamps.values())) == 3  # another build is another install, even where its check would pass
+    (venv / '.condtok_mm-install').write_text(stamps['cpu'])
+
+    def install_sh(**env):
+        return subprocess.run(['bash', install], capture_output=True, text=True, timeout=300, env={
+            **os.environ, 'VENV': str(venv), 'PYTHON': '/bin/false', 'CUDA_VISIBLE_DEVICES': '', **env})
+
+    result = install_sh(FORCE_CUDA='0')
+    assert result.returncode == 0 and 'already installed' in result.stdout and 'mmcv build cpu' in result.stdout, (
+        result.stdout + result.stderr)
+    toolkit = fake_toolkit(tmp_path / 'cuda', '13.0')
+    result = install_sh(FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST='9.0', CUDA_HOME=toolkit)
+    assert result.returncode == 1 and 'already installed' not in result.stdout
+    assert 'mmcv build: CUDA ops for 9.0' in result.stderr and 'verified on Python 3.11' in result.stderr
+    result = install_sh(FORCE_CUDA='1', CUDA_HOME=toolkit)  # no GPU visible, no architecture given
+    assert result.returncode == 1 and '[install] ERROR: FORCE_CUDA=1 without a visible GPU' in result.stderr

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA device, in one run of under 10 minutes on one GPU: the tests marked `gpu`
+# The checks that need a CUDA device, in one run of under 10 minutes on one GPU: mmcv's compiled CUDA ops
+# (tools/mmcv_build.py check: nms and RoIAlign on the GPU against the CPU), the tests marked `gpu`
 # (AMP fp16/bf16 training with the conditioner, per-window conditioning on CUDA, the hook's NCCL reduction)
 # and tools/benchmark/overhead.py --device cuda --methods spectral graying (Swin-T and ViTDet-B at full size, the
 # conditioned twin beside spectral conditioning and Token Graying). Every number goes to
-# OUT_DIR/gpu_check.json (the tests' outcomes and times, overhead.json's results and machine).
+# OUT_DIR/gpu_check.json (mmcv's build and ops check, the tests' outcomes and times, overhead.json's results and
+# machine).
 #   tools/gpu_check.sh [OUT_DIR]        default work_dirs/gpu_check; PYTHON selects the interpreter
 # Without a CUDA device it says so in one line and exits 0.
 set -uo pipefail
@@ -21,6 +23,8 @@ if [ "$cuda" != 1 ]; then
 fi
 mkdir -p "$OUT_DIR"
 status=0
+"$PYTHON" tools/mmcv_build.py check cuda 2>&1 | tee "$OUT_DIR/mmcv_ops.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 "$PYTHON" -m pytest -m gpu tests -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" || status=1
 "$PYTHON" tools/benchmark/overhead.py --device cuda --repeats 5 --methods spectral graying --out-dir "$OUT_DIR/overhead" || status=1
 "$PYTHON" - "$OUT_DIR" <<'PY' || status=1
@@ -31,6 +35,9 @@ import xml.etree.ElementTree as ET
 
 out_dir = sys.argv[1]
 summary = {}
+mmcv_build = osp.join(sys.prefix, '.condtok_mm-mmcv-build.txt')  # written by tools/install.sh
+summary['mmcv'] = dict(build=open(mmcv_build).read().strip() if osp.exists(mmcv_build) else None,
+                       ops_check=open(osp.join(out_dir, 'mmcv_ops.txt')).read().strip())
 tests_xml = osp.join(out_dir, 'gpu_tests.xml')
 if osp.exists(tests_xml):
     tests = []

@@ -23,7 +23,12 @@ tokens of the 200 x 336 padded grid), side by side with its floor, the two float
 on those valid tokens (the d x d Gram matrix and X times a d x d matrix), and with a plain
 ``torch.linalg.svd`` implementation of the same correction (C = s_1/(t-1) U V^T in the tokens' dtype; for
 the configs' mode='sigma_max', scope='image' conditioners), and checks kappa(X + C) <= target_kappa on the
-valid tokens.
+valid tokens. For each of the three it counts, in one more call (tools/benchmark/op_counts.py), the launches
+per batch (on a GPU the CUDA kernels that ran, on a CPU the aten ops dispatched), the host syncs per batch (on
+a GPU the blocking CUDA calls, on a CPU the ops that would make a GPU wait for a value: ``.item()``,
+``nonzero``, boolean-mask indexing, linalg ops that check their error codes on the host) and the float64
+FLOPs per image (a consumer GPU runs float64 at 1/32-1/64 of its float32 rate), and it gives the
+conditioner's time as a share of the baseline's training step and inference.
 
 With ``--methods spectral graying`` the comparison methods of issue 12 are measured side by side, as more
 variants of the same interleaved rounds (same weights, same batch): spectral conditioning of attention
@@ -32,7 +37,8 @@ conditioner in mode 'graying', whose conditioner is also timed alone).
 
 Goals: step-time overhead <= 1 % for Swin-T, <= 2 % for ViTDet-B; <= 1 % extra peak memory (issue 7); the
 conditioner within 1.5x its float64 floor (issue 15).
-Prints the tables, writes overhead.json and overhead.png to --out-dir, and says what machine it ran on.
+Prints the tables, writes overhead.json, overhead.png and overhead.md (the tables in markdown) to --out-dir,
+and says what machine it ran on.
 """
 import argparse
 import json
@@ -44,16 +50,12 @@ import resource
 import statistics
 import sys
 
-import matplotlib
 import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from tqdm import tqdm
-
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO_ROOT)
@@ -62,6 +64,10 @@ from condtok_mm.conditioning import condition_number  # noqa: E402
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
 from condtok_mm.utils import describe_machine, fall_back_from_amp_on_cpu, machine_summary, timed  # noqa: E402
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from op_counts import count_ops  # noqa: E402
+from overhead_report import markdown, plot, print_tables  # noqa: E402
 
 MODEL_PAIRS = {
     'swin-t': dict(
@@ -77,8 +83,11 @@ MODEL_PAIRS = {
         graying='configs/vitdet/mask-rcnn_vit-b-vitdet-graying_simple-fpn_lsj-100e_coco.py',
         size=(1024, 1024), step_goal=2.0),
 }
-MEMORY_GOAL = 1.0  # % extra peak memory
-FLOOR_GOAL = 1.5  # the conditioner's time / its two float64 products (issue 15)
+# What the launches and syncs columns count on each device (tools/benchmark/op_counts.py).
+COUNT_KINDS = dict(cpu=dict(launches='aten ops dispatched (TorchDispatchMode)',
+                            syncs='host reads: ops that make a GPU wait for a value (TorchDispatchMode)'),
+                   cuda=dict(launches='CUDA kernels run (torch.profiler)',
+                             syncs='blocking CUDA runtime/driver calls (torch.profiler)'))
 VARIANTS = ('baseline', 'conditioned')
 # The comparison methods (issue 12) that --methods adds beside the conditioned twin; each a config of every pair.
 METHODS = ('spectral', 'graying')
@@ -185,7 +194,8 @@ def float64_products(matrices):
 
 def time_conditioner(conditioner, call, device, repeats):
     """Median seconds of the conditioner, its float64 floor and the plain SVD implementation, timed in
-    turns; max kappa before and after on each image's valid tokens."""
+    turns; max kappa before and after on each image's valid tokens; each one's launches and syncs per batch
+    and float64 FLOPs per image."""
     tokens, hw_shape, valid_shapes = call['tokens'], call.get('hw_shape'), call.get('valid_shapes')
     before = valid_token_matrices(tokens, hw_shape, valid_shapes)
     valid64 = [x.double() for x in before]
@@ -205,8 +215,12 @@ def time_conditioner(conditioner, call, device, repeats):
         if 'torch.linalg.svd' in implementations:
             after['torch.linalg.svd'] = implementations['torch.linalg.svd']()
     results = {}
-    for name in implementations:
-        results[name] = dict(seconds=statistics.median(seconds[name]))
+    for name, fn in implementations.items():
+        counts = count_ops(fn, device)
+        results[name] = dict(seconds=statistics.median(seconds[name]), counts=counts,
+                             launches_per_batch=counts['cuda_kernels' if device == 'cuda' else 'aten_ops'],
+                             syncs_per_batch=counts['cuda_syncs' if device == 'cuda' else 'host_reads'],
+                             float64_flops_per_image=counts['float64_flops'] // len(before))
         if name in after:
             results[name].update(kappa_before_max=kappa_before,
                                  kappa_after_max=max(float(condition_number(x)) for x in after[name]))
@@ -290,12 +304,12 @@ def measure_pair(name, pair, args):
                                    for phase, per_variant in times.items()} for variant in variants[1:]}
     tokens = conditioner_call['tokens']
     result['conditioner'] = dict(tokens_shape=list(tokens.shape), dtype=str(tokens.dtype),
-                                 valid_shapes=conditioner_call.get('valid_shapes'),
+                                 valid_shapes=conditioner_call.get('valid_shapes'), counted=COUNT_KINDS[args.device],
                                  **time_conditioner(conditioner, conditioner_call, args.device,
                                                     args.conditioner_repeats))
-    # The conditioner's own time against the step: a low-noise estimate of the train-step overhead.
-    result['conditioner']['percent_of_baseline_train_step'] = (
-        100 * result['conditioner']['conditioner']['seconds'] / result['train']['baseline_s'])
+    # The conditioner's own time against each phase: a low-noise estimate of the overhead.
+    for phase, key in (('train', 'percent_of_baseline_train_step'), ('inference', 'percent_of_baseline_inference')):
+        result['conditioner'][key] = 100 * result['conditioner']['conditioner']['seconds'] / result[phase]['baseline_s']
     if 'graying' in variants:
         graying, graying_call = conditioners['graying']
         result['methods']['graying']['conditioner'] = dict(time_conditioner(
@@ -317,95 +331,20 @@ def measure_pair(name, pair, args):
     return result
 
 
-def verdict(value, goal):
-    return 'met' if value <= goal else 'NOT met'
-
-
-def print_tables(results, machine):
-    print(f'machine: {machine_summary(machine)}')
-    print(f'{"model":<9} {"phase":<10} {"baseline":>11} {"conditioned":>12} {"overhead":>9}  goal')
-    for name, r in results.items():
-        for phase in ('train', 'inference'):
-            p = r[phase]
-            goal = f'<= {r["step_goal_percent"]:g} %: {verdict(p["overhead_percent"], r["step_goal_percent"])}' \
-                if phase == 'train' else ''
-            print(f'{name:<9} {phase:<10} {p["baseline_s"]:>9.3f} s {p["conditioned_s"]:>10.3f} s '
-                  f'{p["overhead_percent"]:>+8.2f}%  {goal}')
-        for phase, m in r.get('memory', {}).get('peaks', {}).items():
-            print(f'{name:<9} {"mem " + phase:<10} {m["baseline_bytes"] / 2**30:>7.3f} GiB '
-                  f'{m["conditioned_bytes"] / 2**30:>8.3f} GiB {m["overhead_percent"]:>+8.2f}%  '
-                  f'<= {MEMORY_GOAL:g} %: {verdict(m["overhead_percent"], MEMORY_GOAL)} ({r["memory"]["kind"]})')
-    print(f'\n{"model":<9} {"tokens (B, N, d)":<22} {"implementation":<30} {"time":>10} {"kappa before":>13} '
-          f'{"kappa after":>12}  of the train step')
-    for name, r in results.items():
-        c = r['conditioner']
-        for impl in [key for key in ('conditioner', 'floor (two float64 products)', 'torch.linalg.svd') if key in c]:
-            note = (f'{c["percent_of_baseline_train_step"]:.2f} %, {c["conditioner"]["times_floor"]:.2f}x the floor '
-                    f'(goal <= {FLOOR_GOAL:g}x: {verdict(c["conditioner"]["times_floor"], FLOOR_GOAL)})'
-                    if impl == 'conditioner' else '')
-            kappas = (f'{c[impl]["kappa_before_max"]:>13.4g} {c[impl]["kappa_after_max"]:>12.6f}'
-                      if 'kappa_after_max' in c[impl] else f'{"":>13} {"":>12}')
-            print(f'{name:<9} {str(tuple(c["tokens_shape"])):<22} {impl:<30} {1000 * c[impl]["seconds"]:>7.1f} ms '
-                  f'{kappas}  {note}')
-    if any(len(r['methods']) > 1 for r in results.values()):
-        print_methods(results)
-
-
-def print_methods(results):
-    """The methods side by side: each one's overhead over the baseline in every phase."""
-    print(f'\n{"model":<9} {"method":<12} {"train":>16} {"inference":>16} {"peak memory":>12} {"conditioner":>12}')
-    for name, r in results.items():
-        for method, m in r['methods'].items():
-            memory = m.get('memory', {})
-            peak = max((p['overhead_percent'] for p in memory.values()), default=None)
-            alone = (r['conditioner']['conditioner'] if method == 'conditioned' else m.get('conditioner'))
-            print(f'{name:<9} {method:<12} '
-                  + ''.join(f'{1000 * m[phase]["seconds"]:>7.0f} ms {m[phase]["overhead_percent"]:>+6.1f}%'
-                            for phase in ('train', 'inference'))
-                  + (f' {peak:>+11.2f}%' if peak is not None else f' {"—":>12}')
-                  + (f' {1000 * alone["seconds"]:>9.1f} ms' if alone else f' {"none":>12}'))
-
-
-def plot(results, path):
-    fig, ax = plt.subplots(figsize=(9, 4.5), constrained_layout=True)
-    labels, values, goals = [], [], []
-    for name, r in results.items():
-        for phase in ('train', 'inference'):
-            labels.append(f'{name}\n{phase} time')
-            values.append(r[phase]['overhead_percent'])
-            goals.append(r['step_goal_percent'] if phase == 'train' else None)
-        labels.append(f'{name}\nconditioner alone\n/ train step')
-        values.append(r['conditioner']['percent_of_baseline_train_step'])
-        goals.append(r['step_goal_percent'])
-        for phase, m in r.get('memory', {}).get('peaks', {}).items():
-            labels.append(f'{name}\n{phase} memory')
-            values.append(m['overhead_percent'])
-            goals.append(MEMORY_GOAL)
-    bars = ax.bar(range(len(values)), values, color=['tab:blue' if g is None or v <= g else 'tab:red'
-                                                     for v, g in zip(values, goals)])
-    for index, goal in enumerate(goals):
-        if goal is not None:
-            ax.hlines(goal, index - 0.4, index + 0.4, colors='black', linestyles='--')
-    ax.bar_label(bars, fmt='%+.2f%%', fontsize=8)
-    ax.axhline(0, color='grey', linewidth=0.8)
-    ax.set_xticks(range(len(values)), labels, fontsize=8)
-    ax.set_ylabel('conditioned vs baseline, %')
-    ax.set_title('Conditioned vs baseline twin: medians of interleaved steps, and the conditioner timed alone '
-                 '(dashed: goal)', fontsize=10)
-    fig.savefig(path, dpi=110)
-
-
 def main():
     args = parse_args()
     results = {name: measure_pair(name, MODEL_PAIRS[name], args) for name in args.models}
     machine = describe_machine(args.device)
-    print_tables(results, machine)
+    command = ' '.join(['python', osp.relpath(sys.argv[0], REPO_ROOT)] + sys.argv[1:])
+    print_tables(results, machine_summary(machine))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(osp.join(args.out_dir, 'overhead.json'), 'w') as f:
         json.dump(dict(machine=machine, device=args.device, repeats=args.repeats,
                        command=' '.join(sys.argv), results=results), f, indent=2)
+    with open(osp.join(args.out_dir, 'overhead.md'), 'w') as f:
+        f.write(markdown(results, machine_summary(machine), command))
     plot(results, osp.join(args.out_dir, 'overhead.png'))
-    print(f'wrote {osp.join(args.out_dir, "overhead.json")} and overhead.png')
+    print(f'wrote {osp.join(args.out_dir, "overhead.json")}, overhead.md and overhead.png')
 
 
 if __name__ == '__main__':
