@@ -241,3 +241,24 @@ def test_low_precision_output_is_the_float64_result_rounded(dtype):
     y = condition_tokens(x, solver='newton_schulz')
     error, budget, kappa, kappa_bound = low_precision_check(x, y, 'sigma_max', method='batched')
     assert (error <= budget).all() and (kappa <= kappa_bound).all(), (error, budget, kappa, kappa_bound)
+
+
+@pytest.mark.parametrize('mode, solver', [('sigma_max', 'eigh'), ('sigma_max', 'newton_schulz'), ('floor', 'eigh'),
+                                          ('graying', 'eigh')])
+def test_fewer_tokens_than_channels_give_the_same_result_from_either_side(mode, solver):
+    # A stack with fewer rows than channels is conditioned from the L x L side; the same matrix in a taller
+    # stack (padding rows outside the mask) from the d x d side. They compute one function (u~ h(u~^T u~) =
+    # h(u~ u~^T) u~), so an image does not change with the padding its batch-mates force.
+    from condtok_mm.conditioning.batched import condition_masked
+    tokens = torch.cat([embedded(40, 30, d=64, seed=1), 3 * embedded(40, 40, d=64, seed=2)]).double()
+    wide_mask = torch.ones(2, 40, dtype=torch.bool)
+    wide_mask[1, 33:] = False  # the second matrix has 33 valid tokens
+    tall = torch.nn.functional.pad(tokens, (0, 0, 0, 60))
+    tall_mask = torch.nn.functional.pad(wide_mask, (0, 60))
+    wide, wide_status = condition_masked(tokens, wide_mask, mode, 1.0, 2.0, 0.5, solver)
+    padded, padded_status = condition_masked(tall, tall_mask, mode, 1.0, 2.0, 0.5, solver)
+    for b, n in enumerate((40, 33)):
+        expected = padded[b, :n]
+        tolerance = 1e-4 if solver == "newton_schulz" else 1e-6  # its shift where n < d on the d x d side
+        assert torch.linalg.norm(wide[b, :n] - expected) <= tolerance * torch.linalg.norm(expected)
+    assert wide_status.tolist() == padded_status.tolist() == [0, 0]

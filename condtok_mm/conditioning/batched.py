@@ -12,8 +12,9 @@ n >= d and orthonormal rows when n < d),
     u~ = u + rho E,   G~ = u~^T u~ = G + rho (u^T Z F^T + F Z^T u) + rho^2 F_m F_m^T,
     X + C = X + alpha (u~ (I + M) - u),   M = h(G~),
 
-with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT rho^2
-where n < d, SHIFT_FULL rho^2 otherwise): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
+with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT_FULL
+rho^2; on the Newton-Schulz path SHIFT rho^2 where n < d, whose lift falls short on directions below rho: kappa up to
+t (1 + 4e-4) measured there; eigh sets h = 0 on the d - n structural zeros instead): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
 upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
 u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
 eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
@@ -43,8 +44,9 @@ from .modes import RANK_RTOL, _grayed
 
 # rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
 TAU = 1e-5
-# delta = SHIFT rho^2 where n < d: G~ then has d - n zero eigenvalues by structure, and their round-off (about
-# eps lambda_max) must not be inverted. Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
+# delta = SHIFT rho^2 where n < d on the Newton-Schulz path: G~ then has d - n zero eigenvalues by structure, and
+# their round-off (about eps lambda_max) must not be inverted (the eigh path sets h = 0 on them instead, and the
+# L x L side of a stack with fewer rows than channels has none). Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
 # h finite; its smallest eigenvalues can lie well below rho^2 when n is close to d (a square X: about rho^2 / n^2).
 SHIFT, SHIFT_FULL = 1e-4, 1e-10
 # Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
@@ -123,6 +125,8 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))
         scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
         u = masked / scale[:, None, None]
+    if length_tokens < d:
+        return _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver)
     gram = u.transpose(-1, -2) @ u
     finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -154,11 +158,14 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         shifted = gram_reg + delta[:, None, None] * eye
         m_matrix = c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
     else:
+        # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the
+        # others only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
         lam, v = torch.linalg.eigh(gram_reg)
-        s = (lam.clamp_min(0) + delta.unsqueeze(-1)).sqrt()
+        structural = torch.arange(d, device=x.device) < (d - mask.sum(-1, keepdim=True))
+        s = (lam.clamp_min(0) + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
         s1 = lam[..., -1:].clamp_min(0).sqrt()
         lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
-        h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
+        h = torch.where((s > 0) & ~structural, lift / torch.where(s > 0, s, torch.ones_like(s)), zero)
         m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
     band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
@@ -166,6 +173,59 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         band_rows = band_rows * scale[:, None, None]
     conditioned = masked @ (eye + alpha * m_matrix)  # alpha = 0: X I + 0 Z, exactly X
     conditioned += bands.spread(band_rows)
+    return conditioned, _status(conditioned, finite, x.dtype)
+
+
+def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver):
+    """:func:`condition_masked` for stacks of fewer token rows L than channels d (ViTDet's windows and small
+    images, Swin's 7 x 7 windows): the same X + C from the L x L side instead of the d x d one.
+
+    Every matrix has n <= L < d valid tokens, so its bands are single tokens and E's row for the k-th valid token is
+    the k-th DCT-II vector. With u~ = u + rho E and any spectral function h, u~ h(u~^T u~) = h(u~ u~^T) u~, so
+    X + C = X + alpha (rho E + h(G') u~), G' = u~ u~^T (L x L): one L x L eigh (or Newton-Schulz) instead of a d x d
+    one, and the same h, shift and s~_1 as the d x d side (their nonzero eigenvalues are the same). Tokens outside the
+    mask are zero rows of u~; their diagonal entries of G' are set to rho^2 (an eigenvalue below s~_1^2), so that
+    h stays bounded there, and they add nothing to the valid rows. Graying uses G' = u u^T, unregularised.
+    """
+    stack, length, d = u.shape
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    eye = torch.eye(length, dtype=torch.float64, device=x.device)
+    outside = (~mask).to(torch.float64)
+    if mode == 'graying':
+        gram = u @ u.transpose(-1, -2)
+        finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)
+        lam, v = torch.linalg.eigh(torch.where(finite[:, None, None], gram, zero))
+        s = lam.clamp_min(0).sqrt()
+        gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)  # U (S / s_1)^eps V^T = V diag(g / s) V^T u
+        grayed = (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
+        conditioned = (1 - alpha) * masked + alpha * (grayed @ u)
+        return conditioned, _status(conditioned, finite, x.dtype)
+    bands = _Bands(mask, d)
+    dct = _channel_candidates(d, d, x.device)
+    tokens_dct = bands.spread(dct.T.expand(stack, d, d))  # E: each valid token's DCT-II vector (n < d: weight 1)
+    norm2 = u.square().sum(dim=(1, 2))
+    finite = torch.isfinite(norm2)
+    rho = TAU * torch.where(finite, norm2, zero).sqrt()
+    regularised = torch.where(finite[:, None, None], u, zero) + rho[:, None, None] * tokens_dct  # u~
+    gram_reg = regularised @ regularised.transpose(-1, -2)
+    gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
+    delta = SHIFT_FULL * rho**2  # no eigenvalue is zero by structure on this side
+    if solver == 'newton_schulz':
+        upper = largest_eigenvalue_bound(gram_reg)
+        c = upper.sqrt() / (target_kappa - 1)
+        shifted = gram_reg + delta[:, None, None] * eye
+        m_matrix = c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
+    else:
+        lam, v = torch.linalg.eigh(gram_reg)
+        s = (lam.clamp_min(0) + delta.unsqueeze(-1)).sqrt()
+        s1 = lam[..., -1:].clamp_min(0).sqrt()
+        lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
+        h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
+        m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
+    correction = rho[:, None, None] * tokens_dct + m_matrix @ regularised  # C / alpha, in u's units
+    if scale is not None:
+        correction = correction * scale[:, None, None]
+    conditioned = masked + alpha * correction  # alpha = 0: exactly X
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
