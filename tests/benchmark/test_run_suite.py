@@ -14,6 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from condtok_mm.benchmark import launch as launching
+from condtok_mm.benchmark.launch import commands
+from condtok_mm.benchmark.plan import cells_of_phase
+from condtok_mm.benchmark.results import cell_results
+from condtok_mm.benchmark.schema import SuiteError, load_suite, phase_of
 from conftest import REPO_ROOT, data_options, free_port
 
 SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
@@ -33,7 +38,11 @@ def load_script():
     return module
 
 
-run_suite = load_script()
+run_suite = load_script()  # the command line: parse_args and main
+
+
+def suite_cells(suite, phase, args, cells=()):
+    return cells_of_phase(suite, phase, phase_of(suite), list(cells), args.out_dir, args.cfg_options)
 
 
 def write_suite(path, variants, seeds=(0, 1), lrs=(1e-3, 2e-3), cfg_options=None, reference='baseline'):
@@ -57,53 +66,54 @@ def run_script(*args, env=None):
 # ---------------------------------------------------------------- suite files and commands (fast)
 
 def test_every_cell_gets_its_seed_rate_and_options_in_order(tmp_path):
-    suite = run_suite.load_suite(write_suite(tmp_path / 's.py', dict(
+    suite = load_suite(write_suite(tmp_path / 's.py', dict(
         baseline=dict(config=BASELINE),
         scaled=dict(config=CONDITIONED, cfg_options={'model.backbone.conditioning.control': 'scale_matched'},
-                    lrs=[5e-4])), cfg_options={'train_cfg.max_epochs': 2, 'param_scheduler.1.milestones': [1]}))
-    args = run_suite.parse_args([suite['path'], '--out-dir', str(tmp_path / 'out'), '--cfg-options', 'a.b=1'])
-    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
+                    lrs=[5e-4])), cfg_options={'train_cfg.max_epochs': 2, 'param_scheduler.1.milestones': [1]}),
+        REPO_ROOT)
+    args = run_suite.parse_args([suite.path, '--out-dir', str(tmp_path / 'out'), '--cfg-options', 'a.b=1'])
+    cells = suite_cells(suite, 0, args)
     # seed-major: a study cut short keeps whole seeds
-    assert [(c['seed'], c['variant'], c['lr']) for c in cells] == [
+    assert [(c.seed, c.variant, c.lr) for c in cells] == [
         (0, 'baseline', 1e-3), (0, 'baseline', 2e-3), (0, 'scaled', 5e-4),
         (1, 'baseline', 1e-3), (1, 'baseline', 2e-3), (1, 'scaled', 5e-4)]
     scaled = cells[5]
-    assert scaled['work_dir'] == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1')
+    assert scaled.work_dir == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1')
     # seed and rate first, then the suite's, the variant's and the command line's options (the last wins)
-    assert scaled['options'] == ['randomness.seed=1', 'optim_wrapper.optimizer.lr=0.0005', 'train_cfg.max_epochs=2',
-                                 'param_scheduler.1.milestones=[1]',
-                                 'model.backbone.conditioning.control=scale_matched', 'a.b=1']
-    assert scaled['checkpoint'] == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1' / 'epoch_2.pth')
+    assert scaled.options == ['randomness.seed=1', 'optim_wrapper.optimizer.lr=0.0005', 'train_cfg.max_epochs=2',
+                              'param_scheduler.1.milestones=[1]',
+                              'model.backbone.conditioning.control=scale_matched', 'a.b=1']
+    assert scaled.checkpoint == str(tmp_path / 'out' / 'scaled' / 'lr0.0005' / 'seed1' / 'epoch_2.pth')
 
 
 def launch(tmp_path, launcher, *extra):
-    suite = run_suite.load_suite(write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[3],
-                                             lrs=[1e-3], cfg_options={'train_cfg.max_epochs': 1}))
-    args = run_suite.parse_args([suite['path'], '--out-dir', str(tmp_path / 'out'), '--launcher', launcher,
+    suite = load_suite(write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[3],
+                                   lrs=[1e-3], cfg_options={'train_cfg.max_epochs': 1}), REPO_ROOT)
+    args = run_suite.parse_args([suite.path, '--out-dir', str(tmp_path / 'out'), '--launcher', launcher,
                                  '--jobs', '2', *extra])
-    cell, = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
-    return cell, run_suite.commands(cell, args, slot=1)
+    cell, = suite_cells(suite, 0, args)
+    return cell, commands(cell, args, 1, REPO_ROOT)
 
 
 def test_local_commands_are_mmdets_train_and_test_with_the_cpus_shared_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_suite, 'usable_cpus', lambda: 8)
+    monkeypatch.setattr(launching, 'usable_cpus', lambda: 8)
     cell, (train, test, env) = launch(tmp_path, 'none')
-    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell.work_dir
     options = ['--cfg-options', 'randomness.seed=3', 'optim_wrapper.optimizer.lr=0.001', 'train_cfg.max_epochs=1']
     assert train == [sys.executable, osp.join(REPO_ROOT, 'tools', 'train.py'), config, '--work-dir', work_dir,
                      *options]
     assert test == [sys.executable, osp.join(REPO_ROOT, 'tools', 'test.py'), config,
                     osp.join(work_dir, 'epoch_1.pth'), '--work-dir', osp.join(work_dir, 'test'), *options]
     assert env == dict(OMP_NUM_THREADS='4', MKL_NUM_THREADS='4')  # 8 CPUs, 2 cells at a time
-    cell['resume'] = True
+    cell.resume = True
     args = run_suite.parse_args([str(tmp_path / 's.py'), '--out-dir', str(tmp_path / 'out')])
-    assert run_suite.commands(cell, args, 0)[0][5] == '--resume'
+    assert commands(cell, args, 0, REPO_ROOT)[0][5] == '--resume'
 
 
 def test_torchrun_commands_use_mmdets_dist_scripts_on_a_port_per_slot(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_suite, 'usable_cpus', lambda: 8)
+    monkeypatch.setattr(launching, 'usable_cpus', lambda: 8)
     cell, (train, test, env) = launch(tmp_path, 'pytorch', '--nproc', '2')
-    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell.work_dir
     assert train[:6] == ['bash', osp.join(REPO_ROOT, 'tools', 'dist_train.sh'), config, '2', '--work-dir', work_dir]
     assert test[:7] == ['bash', osp.join(REPO_ROOT, 'tools', 'dist_test.sh'), config,
                         osp.join(work_dir, 'epoch_1.pth'), '2', '--work-dir', osp.join(work_dir, 'test')]
@@ -112,7 +122,7 @@ def test_torchrun_commands_use_mmdets_dist_scripts_on_a_port_per_slot(tmp_path, 
 
 def test_slurm_commands_use_mmdets_slurm_scripts(tmp_path):
     cell, (train, test, env) = launch(tmp_path, 'slurm', '--nproc', '16', '--partition', 'gpu')
-    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell['work_dir']
+    config, work_dir = osp.join(REPO_ROOT, BASELINE), cell.work_dir
     assert train[:6] == ['bash', osp.join(REPO_ROOT, 'tools', 'slurm_train.sh'), 'gpu', 'baseline-lr0.001-seed3',
                          config, work_dir]
     assert test[:8] == ['bash', osp.join(REPO_ROOT, 'tools', 'slurm_test.sh'), 'gpu', 'baseline-lr0.001-seed3', config,
@@ -134,8 +144,8 @@ def test_a_broken_suite_is_refused_naming_the_key(tmp_path, variants, extra, mes
     path = write_suite(tmp_path / 's.py', variants)
     with open(path, 'a') as f:
         f.write(extra + '\n')
-    with pytest.raises(run_suite.SuiteError, match=message):
-        run_suite.load_suite(path)
+    with pytest.raises(SuiteError, match=message):
+        load_suite(path, REPO_ROOT)
 
 
 SHIPPED_SUITES = sorted(f for f in os.listdir(osp.join(REPO_ROOT, 'configs', 'suites')) if f.endswith('.py'))
@@ -145,18 +155,18 @@ SHIPPED_SUITES = sorted(f for f in os.listdir(osp.join(REPO_ROOT, 'configs', 'su
 def test_a_shipped_suite_generates_a_train_and_a_test_per_cell(name, tmp_path):
     """What a COCO or GPU suite can be checked for here: its cells, commands, work dirs and final checkpoints."""
     path = osp.join(REPO_ROOT, 'configs', 'suites', name)
-    suite = run_suite.load_suite(path)
+    suite = load_suite(path, REPO_ROOT)
     args = run_suite.parse_args([path, '--out-dir', str(tmp_path), '--launcher', 'slurm', '--partition', 'p',
                                  '--nproc', '16'])
-    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
-    fixed = [v for v, variant in suite['variants'].items() if not isinstance(variant['lrs'], dict)]
-    assert {cell['variant'] for cell in cells} == set(fixed) and suite['reference'] in fixed
+    cells = suite_cells(suite, 0, args)
+    fixed = [v for v, variant in suite.variants.items() if not variant.best_of]
+    assert {cell.variant for cell in cells} == set(fixed) and suite.reference in fixed
     for cell in cells:
-        train, test, _ = run_suite.commands(cell, args, 0)
-        assert train[1].endswith('slurm_train.sh') and train[4] == osp.join(REPO_ROOT, cell['config'])
-        assert train[5] == cell['work_dir'] == str(tmp_path / cell['variant'] / f'lr{cell["lr"]:g}' / f'seed{cell["seed"]}')
-        assert test[1].endswith('slurm_test.sh') and test[5] == cell['checkpoint']
-        assert f'randomness.seed={cell["seed"]}' in train and f'optim_wrapper.optimizer.lr={cell["lr"]!r}' in train
+        train, test, _ = commands(cell, args, 0, REPO_ROOT)
+        assert train[1].endswith('slurm_train.sh') and train[4] == osp.join(REPO_ROOT, cell.config)
+        assert train[5] == cell.work_dir == str(tmp_path / cell.variant / f'lr{cell.lr:g}' / f'seed{cell.seed}')
+        assert test[1].endswith('slurm_test.sh') and test[5] == cell.checkpoint
+        assert f'randomness.seed={cell.seed}' in train and f'optim_wrapper.optimizer.lr={cell.lr!r}' in train
 
 
 @pytest.mark.parametrize('name, checkpoint', [
@@ -164,10 +174,10 @@ def test_a_shipped_suite_generates_a_train_and_a_test_per_cell(name, tmp_path):
     ('coco_pairs_xcit.py', 'epoch_36.pth'), ('demo_controls_swin.py', 'epoch_4.pth')])
 def test_the_final_checkpoint_follows_each_recipe(name, checkpoint, tmp_path):
     path = osp.join(REPO_ROOT, 'configs', 'suites', name)
-    suite = run_suite.load_suite(path)
+    suite = load_suite(path, REPO_ROOT)
     args = run_suite.parse_args([path, '--out-dir', str(tmp_path)])
-    cells = run_suite.cells_of_phase(suite, 0, run_suite.phase_of(suite), [], args)
-    assert {osp.basename(cell['checkpoint']) for cell in cells} == {checkpoint}
+    cells = suite_cells(suite, 0, args)
+    assert {osp.basename(cell.checkpoint) for cell in cells} == {checkpoint}
 
 
 # ---------------------------------------------------------------- gathering (fast, on written runs)
@@ -238,14 +248,13 @@ def test_best_of_variants_take_the_best_rate_of_their_source(tmp_path):
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE),
                                                window=dict(config=CONDITIONED, lrs=dict(best_of='baseline'))),
                        cfg_options={'train_cfg.max_epochs': 1})
-    suite = run_suite.load_suite(path)
+    suite = load_suite(path, REPO_ROOT)
     args = run_suite.parse_args([path, '--out-dir', str(out_dir)])
-    phases = run_suite.phase_of(suite)
-    first = run_suite.cells_of_phase(suite, 0, phases, [], args)
+    first = suite_cells(suite, 0, args)
     for cell in first:
-        cell['results'] = run_suite.cell_results(cell)
-    second = run_suite.cells_of_phase(suite, 1, phases, first, args)
-    assert [(cell['variant'], cell['lr'], cell['seed']) for cell in second] == [('window', 2e-3, 0), ('window', 2e-3, 1)]
+        cell.results = cell_results(cell)
+    second = suite_cells(suite, 1, args, first)
+    assert [(cell.variant, cell.lr, cell.seed) for cell in second] == [('window', 2e-3, 0), ('window', 2e-3, 1)]
 
 
 # ---------------------------------------------------------------- end to end (slow)
