@@ -12,14 +12,17 @@ Launchers (the distributed engine is mmdet's: torchrun or SLURM; the runner only
 import os
 import os.path as osp
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
+from .fingerprint import write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -59,17 +62,69 @@ def commands(cell, args, slot, root):
     return train, test, env
 
 
-def run_logged(command, log_path, env, root):
+class Children:
+    """The commands the runner has started, each in a process group of its own, so that an interrupted runner
+    can stop them (their data loader workers and torchrun's or srun's processes with them) instead of waiting
+    for them: a SIGINT sent to the runner alone reaches none of them.
+
+    Args:
+        grace_s (float): seconds a command has to exit after SIGINT, and again after SIGTERM, before SIGKILL.
+    """
+
+    def __init__(self, grace_s=10.0):
+        self.grace_s = grace_s
+        self.lock = threading.Lock()
+        self.running = set()
+        self.stopping = False
+
+    def run(self, command, log, env, cwd):
+        """The command's exit code; None, without starting it, once :meth:`stop` was called."""
+        with self.lock:  # a command started while stop() signals the others would escape it
+            if self.stopping:
+                return None
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                       start_new_session=True)
+            self.running.add(process)
+        try:
+            return process.wait()
+        finally:
+            with self.lock:
+                self.running.discard(process)
+
+    def stop(self):
+        """Start nothing more; SIGINT each running command's process group (mmengine's runner stops at
+        KeyboardInterrupt), then SIGTERM and SIGKILL to those still there after ``grace_s`` each."""
+        with self.lock:
+            self.stopping = True
+            processes = list(self.running)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            for process in processes:
+                if process.poll() is None:
+                    try:
+                        os.killpg(process.pid, sig)
+                    except ProcessLookupError:  # exited between poll() and killpg()
+                        pass
+            deadline = time.monotonic() + self.grace_s
+            while any(process.poll() is None for process in processes) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if all(process.poll() is not None for process in processes):
+                break
+        for process in processes:
+            process.wait()
+
+
+def run_logged(children, command, log_path, env, root):
     with open(log_path, 'a') as log:
         log.write('$ ' + shlex.join(command) + '\n\n')
         log.flush()
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=root,
-                              env=dict(os.environ, **env)).returncode
+        return children.run(command, log, dict(os.environ, **env), root)
 
 
-def run_cell(cell, args, slot, root):
-    """Train (or resume) and test one cell; returns the cell with its status and wall time."""
+def run_cell(cell, args, slot, root, children):
+    """Record the cell's fingerprint, train (or resume) and test it; returns the cell with its status and wall
+    time ('interrupted' when :meth:`Children.stop` ended or skipped a command)."""
     os.makedirs(cell.work_dir, exist_ok=True)
+    write_fingerprint(cell, cell.fingerprint)
     start = time.perf_counter()
     state = cell_state(cell)
     cell.resume = state == 'interrupted'
@@ -77,39 +132,50 @@ def run_cell(cell, args, slot, root):
     cell.log = osp.join(cell.work_dir, 'train.log')
     returncode = 0
     if state in ('new', 'interrupted'):
-        returncode = run_logged(train, cell.log, env, root)
+        returncode = run_logged(children, train, cell.log, env, root)
     if returncode == 0:
         cell.log = osp.join(cell.work_dir, 'test.log')
-        returncode = run_logged(test, cell.log, env, root)
+        returncode = run_logged(children, test, cell.log, env, root)
     cell.returncode, cell.wall_s = returncode, time.perf_counter() - start
-    cell.status = 'ran' if returncode == 0 and evaluation(cell) else 'failed'
+    if children.stopping:
+        cell.status = 'interrupted'
+    else:
+        cell.status = 'ran' if returncode == 0 and evaluation(cell) else 'failed'
     return cell
 
 
 def run_pending(pending, args, root, desc):
     """Run the cells, ``args.jobs`` at a time, each on a slot of its own (a port under torchrun); a failed
-    cell's log tail is printed and the others go on."""
-    with tqdm(total=len(pending), desc=desc, unit='cell') as progress, \
-            ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        free_slots = list(range(args.jobs))
-        futures = {}
-        queue = list(pending)
+    cell's log tail is printed and the others go on. On KeyboardInterrupt (SIGINT, or SIGTERM where the
+    runner turns it into one) the running commands are stopped, the interrupt raised again once they are."""
+    children = Children()
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        with tqdm(total=len(pending), desc=desc, unit='cell') as progress:
+            free_slots = list(range(args.jobs))
+            futures = {}
+            queue = list(pending)
 
-        def submit():
-            while queue and free_slots:
-                cell = queue.pop(0)
-                slot = free_slots.pop(0)
-                futures[pool.submit(run_cell, cell, args, slot, root)] = slot
+            def submit():
+                while queue and free_slots:
+                    cell = queue.pop(0)
+                    slot = free_slots.pop(0)
+                    futures[pool.submit(run_cell, cell, args, slot, root, children)] = slot
 
-        submit()
-        while futures:
-            future = next(as_completed(futures))
-            free_slots.append(futures.pop(future))
-            cell = future.result()
-            if cell.status == 'failed':
-                progress.write(f'cell {cell.variant} lr {cell.lr:g} seed {cell.seed} failed (exit '
-                               f'code {cell.returncode}); log: {cell.log}\n--- last lines ---\n'
-                               f'{log_tail(cell.log)}')
-            progress.update()
-            progress.set_postfix(failed=sum(c.status == 'failed' for c in pending))
             submit()
+            while futures:
+                future = next(as_completed(futures))
+                free_slots.append(futures.pop(future))
+                cell = future.result()
+                if cell.status == 'failed':
+                    progress.write(f'cell {cell.variant} lr {cell.lr:g} seed {cell.seed} failed (exit '
+                                   f'code {cell.returncode}); log: {cell.log}\n--- last lines ---\n'
+                                   f'{log_tail(cell.log)}')
+                progress.update()
+                progress.set_postfix(failed=sum(c.status == 'failed' for c in pending))
+                submit()
+    except BaseException:
+        children.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -14,7 +14,8 @@ def plot(suite, cells, rows, best, paths):
     colours = {variant: f'C{i % 10}' for i, variant in enumerate(suite.variants)}
     fig, ax = plt.subplots(figsize=(7.5, 4.8), constrained_layout=True)
     for variant in suite.variants:
-        points = [row for row in rows if row['variant'] == variant and metric in row['metrics']]
+        points = [row for row in rows if row['variant'] == variant and metric in row['metrics']
+                  and row['role'] == ('selection' if suite.selection_seeds else 'report')]
         if not points:
             continue
         ax.errorbar([row['lr'] for row in points], [row['metrics'][metric]['mean'] for row in points],
@@ -33,8 +34,8 @@ def plot(suite, cells, rows, best, paths):
     def draw(ax, curve_of):
         """Each variant's curve at its best rate: mean over seeds, band min-max."""
         for entry in best:
-            curves = [curve_of(cell.results) for cell in cells
-                      if cell.variant == entry['variant'] and cell.lr == entry['lr']]
+            curves = [curve_of(cell.results) for cell in cells if cell.variant == entry['variant']
+                      and cell.lr == entry['lr'] and suite.role(cell.seed) == 'report']
             curves = [curve for curve in curves if curve['iter']]
             if not curves:
                 continue

@@ -4,9 +4,6 @@ import json
 import math
 import os.path as osp
 
-# A run "plateaued" when its final training loss is still at least this fraction of the loss it logged at a
-# quarter of the run: the demo baseline that stalls keeps its loss of iteration ~150 to the end.
-PLATEAU_FRACTION = 0.9
 LOG_TAIL_LINES = 25
 # kappa curves drawn from the AttentionConditioningHook's records, where a config has the hook: the tokens
 # entering the first block, and the first attention's input (what it multiplies).
@@ -56,6 +53,7 @@ def training_record(work_dir):
     'step')."""
     path = newest(osp.join(work_dir, '2*', 'vis_data', 'scalars.json'))
     iters, losses, kappa = [], [], {key: dict(iter=[], value=[]) for key in KAPPA_CURVES}
+    validation = {}
     if path:
         with open(path) as f:
             for line in f:
@@ -67,14 +65,44 @@ def training_record(work_dir):
                     if key in record:
                         kappa[key]['iter'].append(record['step'])
                         kappa[key]['value'].append(record[key])
-    return path, iters, losses, kappa
+                for key, value in record.items():  # a validation during training: its epoch as 'step'
+                    if key.startswith('coco/') and isinstance(value, (int, float)):
+                        validation.setdefault(key, dict(epoch=[], value=[]))
+                        validation[key]['epoch'].append(record['step'])
+                        validation[key]['value'].append(100 * value)
+    return path, iters, losses, kappa, validation
 
 
-def cell_results(cell):
-    """Metrics (percent), final loss, loss curve and the plateau/divergence flags of a cell."""
+def escape_iteration(iters, losses, warmup, rule):
+    """When the run left its initial loss plateau: (iteration or None, plateau level, threshold).
+
+    The plateau level is the mean of the first ``rule.window`` losses logged at or after the warm-up's end
+    (``rule.after``, else ``warmup``): where training settles once the rate has reached its peak. The run
+    escapes at the first later logged iteration where the loss, smoothed by a trailing mean over
+    ``rule.window`` logged values (mmengine already logs the mean over each logging interval), is at most
+    (1 - ``rule.margin``) x that level. (None, None, None) without a finite logged loss after the warm-up."""
+    after = warmup if rule.after is None else rule.after
+    start = next((i for i, it in enumerate(iters) if it >= after), None)
+    if start is None:
+        return None, None, None
+    settled = losses[start:start + rule.window]
+    plateau = sum(settled) / len(settled)
+    if not math.isfinite(plateau):
+        return None, None, None
+    threshold = (1 - rule.margin) * plateau
+    for i in range(start + 1, len(iters)):
+        trailing = losses[max(0, i - rule.window + 1):i + 1]
+        if sum(trailing) / len(trailing) <= threshold:
+            return iters[i], plateau, threshold
+    return None, plateau, threshold
+
+
+def cell_results(cell, rule):
+    """Metrics (percent), final loss, loss, kappa and validation curves, plateau escape (under the
+    :class:`~condtok_mm.benchmark.schema.EscapeRule` ``rule``) and divergence of a cell."""
     found = evaluation(cell)
-    scalars, iters, losses, kappa = training_record(cell.work_dir)
-    results = dict(scalars=scalars, loss=dict(iter=iters, value=losses), kappa=kappa,
+    scalars, iters, losses, kappa, validation = training_record(cell.work_dir)
+    results = dict(scalars=scalars, loss=dict(iter=iters, value=losses), kappa=kappa, validation=validation,
                    diverged=any(not math.isfinite(loss) for loss in losses))
     if cell.status == 'failed':
         tail = log_tail(cell.log or osp.join(cell.work_dir, 'train.log')).lower()
@@ -84,6 +112,6 @@ def cell_results(cell):
         results.update(evaluation=path, metrics={key: 100 * value for key, value in record.items()
                                                  if key.startswith('coco/') and isinstance(value, (int, float))})
     if losses:
-        quarter = min(range(len(iters)), key=lambda i: abs(iters[i] - iters[-1] / 4))
-        results.update(final_loss=losses[-1], plateaued=losses[-1] >= PLATEAU_FRACTION * losses[quarter])
+        iteration, plateau, threshold = escape_iteration(iters, losses, cell.warmup, rule)
+        results.update(final_loss=losses[-1], escape=dict(iteration=iteration, plateau=plateau, threshold=threshold))
     return results

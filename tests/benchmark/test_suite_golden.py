@@ -13,34 +13,12 @@ import subprocess
 import sys
 
 from conftest import REPO_ROOT
+from suite_runs import record_fingerprints, write_cell
 
 SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 GOLDEN = osp.join(osp.dirname(osp.abspath(__file__)), 'golden')
 BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
 CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
-KAPPA_KEYS = ('kappa/tokens_out_mean/stage0', 'kappa/attn_input_mean/stage0')
-
-
-def write_cell(out_dir, variant, lr, seed, bbox, segm, losses, kappa=None):
-    """A finished cell as mmengine writes it: training scalars.json (losses every 10 iterations, kappa records
-    with their iteration as 'step') and the test epoch's JSON; bbox None leaves the cell untested."""
-    work_dir = osp.join(out_dir, variant, f'lr{lr:g}', f'seed{seed}')
-    os.makedirs(osp.join(work_dir, '20260101_000000', 'vis_data'))
-    with open(osp.join(work_dir, '20260101_000000', 'vis_data', 'scalars.json'), 'w') as f:
-        for i, loss in enumerate(losses):
-            step = 10 * (i + 1)
-            f.write(json.dumps(dict(lr=lr, loss=loss, iter=step, epoch=1, step=step)) + '\n')
-            if kappa is not None and i % 2 == 1:
-                f.write(json.dumps({**{key: kappa * (1 + i) / (j + 1) for j, key in enumerate(KAPPA_KEYS)},
-                                    'step': step}) + '\n')
-    open(osp.join(work_dir, 'epoch_1.pth'), 'w').close()
-    if bbox is None:
-        return
-    os.makedirs(osp.join(work_dir, 'test', '20260101_000100'))
-    with open(osp.join(work_dir, 'test', '20260101_000100', '20260101_000100.json'), 'w') as f:
-        json.dump({'coco/bbox_mAP': bbox, 'coco/segm_mAP': segm, 'coco/bbox_mAP_50': 2 * bbox, 'time': 1.0}, f)
-
-
 FALLING = [4.0, 3.0, 2.5, 2.0, 1.8, 1.5, 1.3, 1.2]
 STALLING = [4.0, 3.0, 2.95, 2.9, 2.9, 2.85, 2.8, 2.8]
 
@@ -84,6 +62,7 @@ def test_gathered_table_and_json_are_those_pinned(tmp_path):
         f"                cond=dict(config={CONDITIONED!r}),\n"
         f"                window=dict(config={CONDITIONED!r}, lrs=dict(best_of='cond'),\n"
         "                            cfg_options={'model.backbone.conditioning.scope': 'window'}))\n")
+    record_fingerprints(suite, out_dir)
     result = subprocess.run([sys.executable, SCRIPT, str(suite), '--out-dir', str(out_dir), '--gather-only'],
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     # the untested cell is reported missing, and the runner says so in its exit status

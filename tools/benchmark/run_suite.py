@@ -2,60 +2,65 @@
 tools/test.py, on this machine or a cluster, and gather the results.
 
     python tools/benchmark/run_suite.py SUITE [--out-dir DIR] [--launcher none|pytorch|slurm] [--jobs N]
-        [--nproc N] [--partition P] [--resume] [--dry-run] [--gather-only] [--cfg-options KEY=VALUE ...]
+        [--nproc N] [--partition P] [--resume [--rerun-changed]] [--accept-unfingerprinted] [--dry-run]
+        [--gather-only] [--cfg-options KEY=VALUE ...]
 
-A suite is an mmengine config file (configs/suites/*.py, may ``_base_`` another) with the keys
+A suite is an mmengine config file (configs/suites/*.py, may ``_base_`` another) with the keys (the full
+list: condtok_mm/benchmark/schema.py)
 
     variants = dict(NAME=dict(config=PATH, cfg_options={KEY: VALUE}, lrs=None | [LR, ...] | dict(best_of=NAME),
-                              description=TEXT), ...)   # ordered; each a config plus --cfg-options
-    reference = NAME        # the variant that paired differences are taken against
-    seeds = [0, 1, 2]       # one run per seed; the same seed gives every variant the same initial weights
-    lrs = [LR, ...]         # learning rates of the variants whose ``lrs`` is None
-    lr_key = 'optim_wrapper.optimizer.lr'
-    metric = 'coco/bbox_mAP'    # ranks the learning rates of a variant (best_of, the best-rate table)
-    cfg_options = {KEY: VALUE}  # for every cell, before the variant's own
-    _name = ...             # keys starting with _ are the file's own shorthands, ignored
+                              reference=NAME | None, description=TEXT), ...)
+    reference = NAME; seeds = [3, 4, 5]; selection_seeds = [0, 1, 2]; lrs = [LR, ...]; family = [NAME, ...]
+    lr_key = 'optim_wrapper.optimizer.lr'; metric = 'coco/bbox_mAP'; cfg_options = {KEY: VALUE}
 
-A variant with ``lrs=dict(best_of=NAME)`` runs after NAME's cells, at NAME's learning rate with the best
-mean ``metric`` over seeds. Every cell trains in OUT_DIR/VARIANT/lrLR/seedS (train.log there) with
-``randomness.seed=S``, the learning rate at ``lr_key``, the suite's, the variant's and then this command's
---cfg-options; then tools/test.py evaluates its final checkpoint into OUT_DIR/VARIANT/lrLR/seedS/test
-(test.log there). A failed cell does not stop the others: its log tail is printed and the runner exits with 1.
+A variant's config is a path relative to the repository root or SCOPE::PATH of an installed mmdet, mmpretrain
+or mmseg. A variant with several rates is reported at the one with the best mean ``metric``: chosen on
+``selection_seeds`` (every rate runs there, the chosen one on ``seeds``), or, without them, on the reported
+seeds themselves (the report says so). ``lrs=dict(best_of=NAME)`` takes NAME's chosen rate. Every cell trains
+in OUT_DIR/VARIANT/lrLR/seedS (train.log there) with ``randomness.seed=S``, the learning rate at ``lr_key``,
+the suite's, the variant's and then this command's --cfg-options; then tools/test.py evaluates its final
+checkpoint into OUT_DIR/VARIANT/lrLR/seedS/test (test.log there). A failed cell does not stop the others: its
+log tail is printed and the runner exits with 1.
 
-Launchers (the distributed engine is mmdet's: torchrun or SLURM; the runner only starts the commands):
-    none     tools/train.py, tools/test.py; --jobs cells at a time, the usable CPUs shared out between them
-    pytorch  tools/dist_train.sh CONFIG NPROC, tools/dist_test.sh (torchrun), --nproc processes per cell,
-             --jobs cells at a time on distinct ports (PORT=29500 + slot)
-    slurm    tools/slurm_train.sh PARTITION JOB CONFIG WORK_DIR, tools/slurm_test.sh (srun), GPUS=--nproc per
-             cell, --jobs cells queued at a time
+Launchers (condtok_mm/benchmark/launch.py): none (tools/train.py, tools/test.py, --jobs cells at a time),
+pytorch (tools/dist_train.sh / dist_test.sh, --nproc processes a cell), slurm (tools/slurm_train.sh /
+slurm_test.sh, GPUS=--nproc).
 
---resume reuses finished cells (their evaluation exists), tests trained ones and resumes interrupted ones from
-their last checkpoint (tools/train.py --resume); without it the runner refuses an OUT_DIR that already holds
-cells, so that nothing is overwritten. --dry-run prints the commands and runs nothing.
+Each cell records its fingerprint (resolved config, options, seed, rate, condtok_mm version) in
+WORK_DIR/suite_cell.json when it starts. --resume reuses finished cells, tests trained ones and resumes
+interrupted ones from their last checkpoint, each only when its fingerprint is this suite's; a cell that
+differs stops the runner with its name and what differs (--rerun-changed sets it aside to WORK_DIR.changed-N
+and runs it again), and so does a cell that records none (--accept-unfingerprinted uses it as it is, and
+suite.md names it). Without --resume the runner refuses an OUT_DIR that already holds cells. --gather-only
+runs nothing and gathers the finished cells (checked the same way). --dry-run prints the commands. SIGINT or
+SIGTERM stops the running cells (each command runs in its own process group) and exits with 130; --resume
+continues them.
 
-Writes to OUT_DIR: suite.md (per variant and learning rate: metrics mean +- sample std over seeds, the paired
-difference to the reference at the same rate with a 95 % t interval over seeds, final training loss, runs
-that plateaued, diverged or failed; then the best-rate row of each variant, with its paired difference to
-the reference's best-rate row), suite.json (every cell's values and loss curve, and the aggregates),
-ap_vs_lr.png (the metric against the learning rate per variant), loss.png and kappa.png (loss and kappa
-curves at each variant's best rate, where the configs record kappa), and prints the tables.
+Writes to OUT_DIR: suite.md (every rate on the selection seeds, or on the seeds in a suite without them; each
+variant at its chosen rate on the reported seeds; the validations during training), with means, per-seed
+values, paired differences to each variant's reference (95 % t interval, exact sign-flip p, Holm over the
+family), final loss, plateau escapes, divergences and failures; suite.json (every cell's values and curves,
+and the aggregates); ap_vs_lr.png, loss.png and kappa.png (loss and kappa curves at each variant's chosen
+rate, where the configs record kappa); and prints the tables.
 """
 import argparse
 import os
 import os.path as osp
 import shlex
+import signal
 import sys
 import time
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO_ROOT)  # run from a checkout, installed or not
+from condtok_mm.benchmark.fingerprint import (FINGERPRINT_FILE, differences, fingerprint,  # noqa: E402
+                                              recorded_fingerprint, set_aside)
 from condtok_mm.benchmark.launch import LAUNCHERS, commands, run_pending  # noqa: E402
-from condtok_mm.benchmark.plan import cells_of_phase  # noqa: E402
+from condtok_mm.benchmark.plan import STAGES, cells_of_stage  # noqa: E402
 from condtok_mm.benchmark.plots import plot  # noqa: E402
 from condtok_mm.benchmark.report import REPORT_FILES, summary_of, write_tables  # noqa: E402
 from condtok_mm.benchmark.results import cell_results, cell_state  # noqa: E402
 from condtok_mm.benchmark.schema import SuiteError, load_suite, phase_of  # noqa: E402
-from condtok_mm.benchmark.statistics import aggregate  # noqa: E402
 from condtok_mm.utils import describe_machine  # noqa: E402
 
 
@@ -72,6 +77,12 @@ def parse_args(argv=None):
     parser.add_argument('--partition', help='SLURM partition (--launcher slurm)')
     parser.add_argument('--resume', action='store_true',
                         help='reuse finished cells, test trained ones, resume interrupted ones')
+    parser.add_argument('--rerun-changed', action='store_true',
+                        help='with --resume: set aside the cells whose fingerprint differs from the suite\'s and run '
+                        'them again (without it the runner stops naming them)')
+    parser.add_argument('--accept-unfingerprinted', action='store_true',
+                        help='reuse cells that record no fingerprint (run before the runner recorded them) as they '
+                        'are; suite.md names them')
     parser.add_argument('--dry-run', action='store_true', help='print the commands, run nothing')
     parser.add_argument('--gather-only', action='store_true', help='run nothing, gather the finished cells')
     parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
@@ -81,6 +92,8 @@ def parse_args(argv=None):
         parser.error('--jobs and --nproc must be positive')
     if args.launcher == 'slurm' and not args.partition and not args.gather_only:
         parser.error('--launcher slurm needs --partition')
+    if args.rerun_changed and not args.resume:
+        parser.error('--rerun-changed is for --resume (it reruns the changed cells of a suite run)')
     if args.launcher == 'none' and args.nproc != 1:
         parser.error('--nproc is for --launcher pytorch or slurm; --launcher none runs one process per cell')
     if args.out_dir is None:
@@ -97,8 +110,47 @@ def print_commands(cells, args):
               f'{prefix} {shlex.join(test)}')
 
 
-def run_phase(suite, phase, new, args):
-    """Run the phase's cells that are not finished (none with --gather-only); returns (ran, reused)."""
+def reusable(suite, new, states, args):
+    """Check the fingerprint of every cell that has a work dir against the one it records; stop naming the
+    cells that differ (or set them aside with --rerun-changed) and those that record none (unless
+    --accept-unfingerprinted). Returns the cells accepted without a fingerprint."""
+    changed, unrecorded = [], []
+    for cell in new:
+        if states[id(cell)] == 'new' and not osp.isdir(cell.work_dir):
+            continue
+        recorded = recorded_fingerprint(cell)
+        if recorded is None:
+            unrecorded.append(cell)
+        elif recorded != cell.fingerprint:
+            changed.append((cell, differences(recorded, cell.fingerprint)))
+    problems = []
+    if changed and not args.rerun_changed:
+        problems += [f'cell {describe(cell)} ({cell.work_dir}) is not the cell this suite asks for:\n    '
+                     + '\n    '.join(lines) for cell, lines in changed]
+    if unrecorded and not args.accept_unfingerprinted:
+        problems += [f'cell {describe(cell)} ({cell.work_dir}) records no fingerprint ({FINGERPRINT_FILE}): it '
+                     'was not started by this runner, or by one from before fingerprints' for cell in unrecorded]
+    if problems:
+        fixes = []
+        if changed and not args.rerun_changed:
+            fixes.append('--resume --rerun-changed sets the changed cells aside and runs them again')
+        if unrecorded and not args.accept_unfingerprinted:
+            fixes.append('--accept-unfingerprinted uses the cells that record none as they are')
+        sys.exit(f'error: {len(problems)} cell(s) under {args.out_dir} are not those of {suite.name}:\n'
+                 + '\n'.join(problems) + f'\n({"; ".join(fixes)}; or give another --out-dir)')
+    for cell, _ in changed:
+        print(f'{describe(cell)} changed: set aside to {set_aside(cell)}; it runs again')
+        states[id(cell)] = 'new'
+    return unrecorded
+
+
+def describe(cell):
+    return f'{cell.variant} lr {cell.lr:g} seed {cell.seed}'
+
+
+def run_step(suite, step, new, args):
+    """Run the step's cells that are not finished (none with --gather-only); returns (ran, reused, cells
+    accepted without a fingerprint)."""
     states = {id(cell): cell_state(cell) for cell in new}
     if not args.resume and not args.gather_only:
         started = [cell for cell in new if states[id(cell)] != 'new' or osp.isdir(cell.work_dir)]
@@ -106,6 +158,9 @@ def run_phase(suite, phase, new, args):
             sys.exit(f'error: {len(started)} cell(s) of {suite.name} already exist under {args.out_dir} '
                      f'(e.g. {started[0].work_dir}); use --resume to continue them (finished cells are '
                      'kept) or another --out-dir')
+    for cell in new:
+        cell.fingerprint = fingerprint(cell)
+    unrecorded = reusable(suite, new, states, args)
     pending = [cell for cell in new if states[id(cell)] != 'finished']
     for cell in new:
         if states[id(cell)] == 'finished':
@@ -114,11 +169,37 @@ def run_phase(suite, phase, new, args):
             cell.status = 'missing'
     ran = 0
     if not args.gather_only and pending:
-        run_pending(pending, args, REPO_ROOT, f'{suite.name} phase {phase}')
+        run_pending(pending, args, REPO_ROOT, f'{suite.name} {step}')
         ran = len(pending)
     for cell in new:
-        cell.results = cell_results(cell)
-    return ran, len(new) - len(pending)
+        cell.results = cell_results(cell, suite.escape)
+    return ran, len(new) - len(pending), unrecorded
+
+
+def interrupt(signum, frame):
+    """SIGTERM (a scheduler's stop, `kill`) ends the runner as SIGINT does: its running cells are stopped."""
+    raise KeyboardInterrupt
+
+
+def run_phases(suite, args):
+    """The cells of every phase and stage, run or reused (printed with --dry-run); (cells, ran, reused,
+    unverified)."""
+    phases = phase_of(suite)
+    cells, ran, reused, unverified = [], 0, 0, []
+    for phase in range(max(phases.values()) + 1):
+        for stage in STAGES:
+            new, unknown = cells_of_stage(suite, phase, stage, phases, cells, args.out_dir, args.cfg_options)
+            if unknown and not args.dry_run:
+                sys.exit('error: ' + '; '.join(unknown))
+            if args.dry_run:
+                print_commands(new, args)
+                print(''.join(f'# phase {phase} {stage}: {line} (a dry run trains nothing)\n' for line in unknown),
+                      end='')
+            elif new:
+                step_ran, step_reused, step_unverified = run_step(suite, f'phase {phase} {stage}', new, args)
+                ran, reused, unverified = ran + step_ran, reused + step_reused, unverified + step_unverified
+            cells += new
+    return cells, ran, reused, unverified
 
 
 def main(argv=None):
@@ -127,39 +208,33 @@ def main(argv=None):
         suite = load_suite(args.suite, REPO_ROOT)
     except SuiteError as error:
         sys.exit(f'error: {error}')
-    phases = phase_of(suite)
     command = 'python ' + shlex.join([osp.relpath(osp.abspath(__file__), REPO_ROOT), *(argv or sys.argv[1:])])
-    cells, start, ran, reused = [], time.perf_counter(), 0, 0
-    for phase in range(max(phases.values()) + 1):
-        try:
-            new = cells_of_phase(suite, phase, phases, cells, args.out_dir, args.cfg_options)
-        except SuiteError as error:
-            if args.dry_run:
-                print(f'# phase {phase}: {error} (a dry run trains nothing)')
-                break
-            sys.exit(f'error: {error}')
-        if args.dry_run:
-            print_commands(new, args)
-        else:
-            phase_ran, phase_reused = run_phase(suite, phase, new, args)
-            ran, reused = ran + phase_ran, reused + phase_reused
-        cells += new
+    start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        cells, ran, reused, unverified = run_phases(suite, args)
+    except KeyboardInterrupt:
+        print(f'interrupted: the running cells were stopped; the same command with --resume continues them '
+              f'({args.out_dir})', file=sys.stderr)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.dry_run:
         return
-    rows, best = aggregate(suite, cells)
-    result = summary_of(suite, cells, rows, best, dict(
+    result = summary_of(suite, cells, dict(
         command=command, launcher=args.launcher, jobs=args.jobs, nproc=args.nproc, ran=ran, reused=reused,
-        wall_s=time.perf_counter() - start, machine=describe_machine()))
+        wall_s=time.perf_counter() - start, machine=describe_machine(),
+        unfingerprinted=[cell.work_dir for cell in unverified]))
     os.makedirs(args.out_dir, exist_ok=True)
     paths = {name: osp.join(args.out_dir, name) for name in REPORT_FILES}
     table = write_tables(suite, result, args.out_dir)
-    plot(suite, cells, rows, best, paths)
+    plot(suite, cells, result['rows'], result['best'], paths)
     print('\n' + table)
     print('wrote ' + ', '.join(paths.values()))
     failed = [cell for cell in cells if cell.status in ('failed', 'missing')]
     if failed:
         sys.exit(f'error: {len(failed)} of {len(cells)} cells did not finish: '
-                 + '; '.join(f'{c.variant} lr {c.lr:g} seed {c.seed} ({c.status}, {c.work_dir})' for c in failed))
+                 + '; '.join(f'{describe(c)} ({c.status}, {c.work_dir})' for c in failed))
 
 
 if __name__ == '__main__':
