@@ -1,12 +1,16 @@
 """The benchmark suites' parts, shared by tools/benchmark/run_suite.py (which runs a suite) and
 tools/analysis/dose_response.py (which reads a finished one).
 
-    schema      a suite file read into typed Suite / Variant, config paths resolved; SuiteError
-    plan        the cells of a suite (Cell), seed-major, each with its options and final checkpoint
-    launch      the train and test commands of a cell under each launcher, and running them
-    results     what a cell's files say: its state, metrics, loss and kappa curves
-    statistics  means over seeds, paired differences with t intervals, the best rate of a variant
-    report      the markdown tables and the JSON summary
+    schema       a suite file read into typed Suite / Variant / EscapeRule, config paths resolved; SuiteError
+    plan         the cells of a suite (Cell), seed-major, per phase and stage (selection seeds, reported
+                 seeds), each with its options, final checkpoint and warm-up; each variant's chosen rate
+    fingerprint  what defines a cell, recorded when it starts and compared when it is reused
+    launch       the train and test commands of a cell under each launcher; running them in process groups
+                 that an interrupted runner stops
+    results      what a cell's files say: its state, metrics, loss, kappa and validation curves, plateau escape
+    statistics   means, paired differences (t interval, exact sign-flip p), Holm, the best rate on given seeds
+    tables       the report's rows: per seed set, variant and rate; each variant at its chosen rate
+    report       the markdown tables and the JSON summary
     plots       the figures (imports matplotlib when called)
 
 Not imported by ``condtok_mm`` itself: importing the package registers its modules and does nothing else.
