@@ -13,26 +13,17 @@ and against the suite's reference at the reference's best rate. Reads OUT_DIR/su
 (tools/benchmark/run_suite.py); writes dose.json, dose.md and dose.png there and prints the table.
 """
 import argparse
-import importlib.util
 import json
 import os.path as osp
 import sys
 
-from mmengine.config import Config
-
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-
-def load_run_suite():
-    """tools/benchmark/run_suite.py, whose suite loading and statistics this tool shares."""
-    spec = importlib.util.spec_from_file_location('run_suite', osp.join(REPO_ROOT, 'tools', 'benchmark',
-                                                                         'run_suite.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_suite = load_run_suite()
+sys.path.insert(0, REPO_ROOT)  # run from a checkout, installed or not
+from condtok_mm.benchmark.plan import Cell, resolved_config  # noqa: E402
+from condtok_mm.benchmark.report import fmt, fmt_difference, seeds_text  # noqa: E402
+from condtok_mm.benchmark.schema import SuiteError, load_suite  # noqa: E402
+from condtok_mm.benchmark.statistics import (best_lr, mean_std, metric_by_seed, paired_difference,  # noqa: E402
+                                             reported_metrics)
 
 
 def parse_args(argv=None):
@@ -55,36 +46,34 @@ def lookup(cfg, key, where):
 
 
 def strength_of(variant, key, where):
-    cfg = Config.fromfile(osp.join(REPO_ROOT, variant['config']), import_custom_modules=False)
-    cfg.merge_from_dict(dict(variant.get('cfg_options') or {}))
-    return lookup(cfg.to_dict(), key, where)
+    """The value at ``key`` of the variant's config after its cfg_options."""
+    return lookup(resolved_config(variant.config_path, variant.options).to_dict(), key, where)
 
 
-def curves(suite_path, knobs, summary):
+def curves(suite, knobs, summary):
     """{method: dict(key, lr, points=[...])}, each point a variant with its strength, metrics and differences."""
-    variants = Config.fromfile(suite_path, import_custom_modules=False).to_dict()['variants']
-    cells = [cell for cell in summary['cells_detail'] if cell.get('results', {}).get('metrics')]
+    variants = suite.variants
+    cells = [cell for cell in map(Cell.from_json, summary['cells_detail']) if (cell.results or {}).get('metrics')]
     reference, metric = summary['reference'], summary['metric']
-    reference_lr = run_suite.best_lr(cells, reference, metric)
-    # the suite's metric first, then the others run_suite reports, as in its tables
-    metric_keys = [metric] + [key for key in run_suite.REPORTED_METRICS if key != metric]
+    reference_lr = best_lr(cells, reference, metric)
+    metric_keys = reported_metrics(metric)  # the suite's metric first, then the others, as in its tables
     result = {}
     for method, key in knobs.items():
         if method not in variants:
             raise SystemExit(f'error: --knob {method}={key}: the suite has no variant {method!r} '
                              f'(it has {", ".join(variants)})')
-        group = [name for name, variant in variants.items() if variant['config'] == variants[method]['config']]
+        group = [name for name, variant in variants.items() if variant.config == variants[method].config]
         doses = [name for name in group if name != method]
-        dose_lrs = {cell['lr'] for cell in cells if cell['variant'] in doses}
+        dose_lrs = {cell.lr for cell in cells if cell.variant in doses}
         if len(dose_lrs) > 1:
             raise SystemExit(f'error: the doses of {method!r} ran at several rates ({sorted(dose_lrs)}); a curve '
                              'needs them at one (lrs=dict(best_of=METHOD))')
-        lr = dose_lrs.pop() if dose_lrs else run_suite.best_lr(cells, method, metric)
+        lr = dose_lrs.pop() if dose_lrs else best_lr(cells, method, metric)
         if lr is None:
             raise SystemExit(f'error: no finished cell of {method!r} in the run')
         points = []
         for name in group:
-            values = {metric_key: run_suite.metric_by_seed(cells, name, lr, metric_key) for metric_key in metric_keys}
+            values = {metric_key: metric_by_seed(cells, name, lr, metric_key) for metric_key in metric_keys}
             if not values[metric]:
                 continue
             point = dict(variant=name, strength=strength_of(variants[name], key, f'variant {name!r}'),
@@ -93,17 +82,17 @@ def curves(suite_path, knobs, summary):
             for metric_key, by_seed in values.items():
                 if not by_seed:
                     continue
-                point['metrics'][metric_key] = run_suite.mean_std(list(by_seed.values()))
+                point['metrics'][metric_key] = mean_std(list(by_seed.values()))
                 if name != method:
-                    point['difference_vs_published'][metric_key] = run_suite.paired_difference(
-                        by_seed, run_suite.metric_by_seed(cells, method, lr, metric_key))
+                    point['difference_vs_published'][metric_key] = paired_difference(
+                        by_seed, metric_by_seed(cells, method, lr, metric_key))
                 if reference_lr is not None:
-                    point['difference_vs_reference'][metric_key] = run_suite.paired_difference(
-                        by_seed, run_suite.metric_by_seed(cells, reference, reference_lr, metric_key))
+                    point['difference_vs_reference'][metric_key] = paired_difference(
+                        by_seed, metric_by_seed(cells, reference, reference_lr, metric_key))
             points.append(point)
         result[method] = dict(key=key, lr=lr, points=sorted(points, key=lambda point: point['strength']))
-    reference_metrics = {metric_key: run_suite.mean_std(list(by_seed.values())) for metric_key in metric_keys
-                         if (by_seed := run_suite.metric_by_seed(cells, reference, reference_lr, metric_key))}
+    reference_metrics = {metric_key: mean_std(list(by_seed.values())) for metric_key in metric_keys
+                         if (by_seed := metric_by_seed(cells, reference, reference_lr, metric_key))}
     return result, dict(variant=reference, lr=reference_lr, metrics=reference_metrics)
 
 
@@ -116,13 +105,13 @@ def markdown(result, reference, metric):
             published = ' (published)' if point['published'] else ''
             lines.append(
                 f'| {method} | {knob} {point["strength"]:g}{published} | {curve["lr"]:g} | '
-                f'{run_suite.seeds_text(point["seeds"])} | {run_suite.fmt(point["metrics"].get(metric))} | '
-                f'{run_suite.fmt(point["metrics"].get("coco/segm_mAP"))} | '
-                f'{"—" if point["published"] else run_suite.fmt_difference(point["difference_vs_published"].get(metric))} | '
-                f'{run_suite.fmt_difference(point["difference_vs_reference"].get(metric))} |')
+                f'{seeds_text(point["seeds"])} | {fmt(point["metrics"].get(metric))} | '
+                f'{fmt(point["metrics"].get("coco/segm_mAP"))} | '
+                f'{"—" if point["published"] else fmt_difference(point["difference_vs_published"].get(metric))} | '
+                f'{fmt_difference(point["difference_vs_reference"].get(metric))} |')
     base = reference['metrics'].get(metric)
     lines.append('')
-    lines.append(f'{reference["variant"]} at its best rate {reference["lr"]:g}: bbox AP {run_suite.fmt(base)}. '
+    lines.append(f'{reference["variant"]} at its best rate {reference["lr"]:g}: bbox AP {fmt(base)}. '
                  'AP in percent, mean ± sample std over seeds; Δ: mean of the per-seed differences [95 % t '
                  'interval].')
     return '\n'.join(lines) + '\n'
@@ -179,7 +168,11 @@ def main(argv=None):
                          '--out-dir')
     with open(summary_path) as f:
         summary = json.load(f)
-    result, reference = curves(args.suite, knobs, summary)
+    try:
+        suite = load_suite(args.suite, REPO_ROOT)
+    except SuiteError as error:
+        raise SystemExit(f'error: {error}')
+    result, reference = curves(suite, knobs, summary)
     metric = summary['metric']
     table = markdown(result, reference, metric)
     with open(osp.join(out_dir, 'dose.json'), 'w') as f:

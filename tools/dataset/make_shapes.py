@@ -3,6 +3,7 @@
     python tools/dataset/make_shapes.py [--out-dir data/shapes/] [--num-train 200] [--num-val 50]
 """
 import argparse
+import json
 import os.path as osp
 import sys
 import time
@@ -27,6 +28,14 @@ def main():
     args = parse_args()
     marker = osp.join(args.out_dir, 'annotations', 'instances_val.json')
     if osp.exists(marker) and not args.force:
+        counts = {}
+        for split in ('train', 'val'):
+            with open(osp.join(args.out_dir, 'annotations', f'instances_{split}.json')) as f:
+                counts[split] = len(json.load(f)['images'])
+        if counts != dict(train=args.num_train, val=args.num_val):  # e.g. --num-val 200 into the 50-image default
+            sys.exit(f'error: the shapes dataset at {args.out_dir} has {counts["train"]} train and {counts["val"]} '
+                     f'val images, not the {args.num_train} and {args.num_val} asked for; give another --out-dir '
+                     '(e.g. data/shapes_val200/) or --force to rewrite it')
         print(f'shapes dataset already at {args.out_dir} (use --force to rewrite it)')
         return
     start = time.time()

@@ -1,0 +1,94 @@
+"""What defines a cell, recorded in its work dir when it starts, so that a resumed or gathered suite uses a
+cell only when it is the cell asked for.
+
+The fingerprint of a cell is its resolved config (the config file after every --cfg-options, as
+tools/train.py reads it; canonical JSON), its options, seed, learning rate and the condtok_mm version. The
+work dir is not part of it: a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is
+the same cell when these agree.
+"""
+import json
+import os
+import os.path as osp
+
+from condtok_mm.version import __version__
+from .plan import resolved_config
+
+FINGERPRINT_FILE = 'suite_cell.json'
+FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version')
+SHOWN_CONFIG_KEYS = 6  # differing config keys named in a message (the shallowest first); the rest are counted
+
+
+def canonical(value):
+    """``value`` as it reads back from JSON (tuples as lists, keys sorted, other objects by repr)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+def fingerprint(cell):
+    cfg = resolved_config(cell.config_path, cell.options)
+    return dict(config=canonical(cfg.to_dict()), options=list(cell.options), seed=cell.seed, lr=cell.lr,
+                version=__version__)
+
+
+def fingerprint_path(cell):
+    return osp.join(cell.work_dir, FINGERPRINT_FILE)
+
+
+def write_fingerprint(cell, record):
+    os.makedirs(cell.work_dir, exist_ok=True)
+    path = fingerprint_path(cell)
+    with open(path + '.tmp', 'w') as f:
+        json.dump(dict(variant=cell.variant, config_file=cell.config, **record), f, indent=1)
+    os.replace(path + '.tmp', path)  # never a half-written record
+
+
+def recorded_fingerprint(cell):
+    """The fingerprint the cell's work dir records, or None where it records none."""
+    path = fingerprint_path(cell)
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        record = json.load(f)
+    return {key: record.get(key) for key in FINGERPRINT_KEYS}
+
+
+def flatten(value, prefix=''):
+    """{dotted key: leaf} of nested dicts (lists are leaves, as --cfg-options sets them; an empty dict below the
+    top is a leaf)."""
+    if isinstance(value, dict) and (value or not prefix):
+        items = {}
+        for key, item in value.items():
+            items.update(flatten(item, f'{prefix}{key}.'))
+        return items
+    return {prefix[:-1]: value}
+
+
+def differences(recorded, current):
+    """What differs between two fingerprints, one line each (the config by key, at most SHOWN_CONFIG_KEYS)."""
+    lines = []
+    old, new = flatten(recorded['config'] or {}), flatten(current['config'])
+    changed = sorted((key for key in set(old) | set(new) if old.get(key, '<absent>') != new.get(key, '<absent>')),
+                     key=lambda key: (key.count('.'), key))  # model.backbone.type before its arguments
+    for key in changed[:SHOWN_CONFIG_KEYS]:
+        lines.append(f'config {key}: {old.get(key, "<absent>")!r} recorded, {new.get(key, "<absent>")!r} now')
+    if len(changed) > SHOWN_CONFIG_KEYS:
+        lines.append(f'config: {len(changed) - SHOWN_CONFIG_KEYS} more keys differ')
+    recorded_options, options = recorded['options'] or [], current['options']
+    removed = [option for option in recorded_options if option not in options]
+    added = [option for option in options if option not in recorded_options]
+    if removed or added:
+        lines.append('options: ' + ', '.join([f'-{option}' for option in removed] + [f'+{option}' for option in added]))
+    elif recorded_options != options:
+        lines.append('options: the same options in another order (the last of a key wins)')
+    for key in ('seed', 'lr', 'version'):
+        if recorded[key] != current[key]:
+            lines.append(f'{key}: {recorded[key]!r} recorded, {current[key]!r} now')
+    return lines
+
+
+def set_aside(cell):
+    """Move a changed cell's work dir out of the way (to WORK_DIR.changed-N); returns where it went."""
+    n = 1
+    while osp.exists(f'{cell.work_dir}.changed-{n}'):
+        n += 1
+    os.rename(cell.work_dir, f'{cell.work_dir}.changed-{n}')
+    return f'{cell.work_dir}.changed-{n}'

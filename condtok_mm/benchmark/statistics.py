@@ -1,0 +1,89 @@
+"""The statistics of a suite over seeds: means with the per-seed values, paired differences with a 95 % t
+interval and an exact sign-flip p-value, Holm's correction over a declared family, and each variant's chosen
+learning rate (on the selection seeds where the suite has them)."""
+import itertools
+import math
+import statistics
+
+import numpy as np
+from scipy import stats
+
+REPORTED_METRICS = {'coco/bbox_mAP': 'bbox AP', 'coco/segm_mAP': 'segm AP'}  # fractions; reported in percent
+MAX_EXACT_SEEDS = 20  # 2^20 sign flips: the exact test's limit here
+
+
+def mean_std(values):
+    """Mean, sample std (None for one value) and count; non-finite values (a diverged loss) are left out."""
+    values = [value for value in values if math.isfinite(value)]
+    if not values:
+        return None
+    return dict(mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else None,
+                n=len(values))
+
+
+def sign_flip_p(differences):
+    """Exact two-sided p-value of the paired sign-flip (permutation) test of ``differences`` (one per seed):
+    the share of the 2^n sign patterns s whose |sum s_i d_i| is at least the observed |sum d_i|. Under the
+    null of no difference each seed's sign is as likely flipped; with n seeds no p is below 2 / 2^n."""
+    d = np.asarray(differences, dtype=np.float64)
+    if d.size == 0:
+        return None
+    if d.size > MAX_EXACT_SEEDS:
+        raise ValueError(f'the exact sign-flip test enumerates 2^n patterns; {d.size} differences are more than '
+                         f'{MAX_EXACT_SEEDS}')
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
+    flipped = np.abs(signs @ d)
+    observed = abs(d.sum())
+    # a pattern that gives the observed sum in another order of addition counts: 1e-9 of the scale
+    tolerance = 1e-9 * max(1.0, np.abs(d).sum())
+    return float(np.mean(flipped >= observed - tolerance))
+
+
+def paired_difference(values, reference):
+    """The per-seed differences values - reference on their common seeds: mean, 95 % t interval (None below 2
+    seeds), the exact sign-flip p-value and the differences themselves."""
+    seeds = sorted(set(values) & set(reference))
+    if not seeds:
+        return None
+    differences = [values[seed] - reference[seed] for seed in seeds]
+    mean = statistics.fmean(differences)
+    result = dict(mean=mean, low=None, high=None, n=len(differences), seeds=seeds, p=sign_flip_p(differences),
+                  per_seed=differences)
+    if len(differences) > 1:
+        half = stats.t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+        result.update(low=mean - half, high=mean + half)
+    return result
+
+
+def holm(pvalues):
+    """{name: Holm-adjusted p} of {name: p}: the i-th smallest of m p-values times (m - i + 1), made
+    non-decreasing in that order and capped at 1 (Holm 1979; controls the family-wise error rate)."""
+    order = sorted(pvalues, key=lambda name: pvalues[name])
+    adjusted, running = {}, 0.0
+    for i, name in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * pvalues[name]))
+        adjusted[name] = running
+    return adjusted
+
+
+def metric_by_seed(cells, variant, lr, metric, seeds=None):
+    """{seed: value} of the variant's finished cells at ``lr`` (on ``seeds`` where given)."""
+    return {cell.seed: cell.results['metrics'][metric] for cell in cells
+            if cell.variant == variant and cell.lr == lr and metric in (cell.results or {}).get('metrics', {})
+            and (seeds is None or cell.seed in seeds)}
+
+
+def best_lr(cells, variant, metric, seeds=None):
+    """The variant's rate with the best mean metric over its seeds (``seeds`` where given; None while none
+    finished)."""
+    by_lr = {}
+    for cell in cells:
+        if (cell.variant == variant and metric in (cell.results or {}).get('metrics', {})
+                and (seeds is None or cell.seed in seeds)):
+            by_lr.setdefault(cell.lr, []).append(cell.results['metrics'][metric])
+    return max(by_lr, key=lambda lr: statistics.fmean(by_lr[lr])) if by_lr else None
+
+
+def reported_metrics(metric):
+    """The suite's metric first, then the others the report shows."""
+    return [metric] + [key for key in REPORTED_METRICS if key != metric]

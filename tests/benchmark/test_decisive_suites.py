@@ -1,0 +1,125 @@
+"""The decisive experiment's suites (configs/suites/demo_decisive_{swin,vitdet}.py, issue 23) and the XCiT
+pairs: what they ask the runner to train, at which rates and seeds, on which schedule and data, and that
+each arm's model builds and runs."""
+import os.path as osp
+
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmengine.runner.utils import calc_dynamic_intervals
+
+import condtok_mm  # noqa: F401  (registration)
+from condtok_mm.benchmark.plan import STAGES, cells_of_stage, resolved_config
+from condtok_mm.benchmark.results import cell_results
+from condtok_mm.benchmark.schema import load_suite, phase_of
+from conftest import REPO_ROOT
+from suite_runs import write_cell
+
+SWIN = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_swin.py')
+VITDET = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_vitdet.py')
+
+
+def stage(suite, name, out_dir, cells=()):
+    return cells_of_stage(suite, 0, name, phase_of(suite), list(cells), str(out_dir), [])
+
+
+def validated_epochs(train_cfg):
+    """The epochs mmengine's EpochBasedTrainLoop validates after (its run loop's rule, mmengine 0.10)."""
+    milestones, intervals = calc_dynamic_intervals(train_cfg.val_interval, train_cfg.get('dynamic_intervals'))
+    epochs = []
+    for epoch in range(1, train_cfg.max_epochs + 1):  # the loop's self._epoch after the epoch
+        interval = intervals[sum(m <= epoch for m in milestones) - 1]
+        if epoch % interval == 0 or epoch == train_cfg.max_epochs:
+            epochs.append(epoch)
+    return epochs
+
+
+def test_the_swin_suite_chooses_as_rate_on_seeds_0_to_2_and_reports_every_arm_on_seeds_3_to_8(tmp_path):
+    suite = load_suite(SWIN, REPO_ROOT)
+    assert suite.selection_seeds == [0, 1, 2] and suite.seeds == [3, 4, 5, 6, 7, 8]
+    assert suite.family == ['B_conditioned', 'D_norm_matched', 'F_win'] and suite.reference == 'A_baseline'
+    selection, unknown = stage(suite, 'select', tmp_path)
+    assert [(c.variant, c.lr, c.seed) for c in selection] == [
+        ('A_baseline', lr, seed) for seed in (0, 1, 2) for lr in (2.5e-4, 1e-3)]
+    reported, unknown = stage(suite, 'report', tmp_path, selection)
+    assert unknown == ["variant 'A_baseline' runs its reported seeds at the rate chosen on the selection seeds, "
+                       'which have no finished cell yet']
+    assert [(c.variant, c.lr, c.seed) for c in reported] == [
+        (variant, 1e-3, seed) for seed in range(3, 9) for variant in ('B_conditioned', 'D_norm_matched', 'F_win')]
+    # once A's selection cells are there, its better rate there is the one it runs on seeds 3-8
+    for cell in selection:
+        write_cell(str(tmp_path), cell.variant, cell.lr, cell.seed, 0.1 if cell.lr == 2.5e-4 else 0.05, 0.05, [2.0])
+        cell.results = cell_results(cell, suite.escape)
+    reported, unknown = stage(suite, 'report', tmp_path, selection)
+    assert not unknown
+    assert [(c.variant, c.lr, c.seed) for c in reported if c.variant == 'A_baseline'] == [
+        ('A_baseline', 2.5e-4, seed) for seed in range(3, 9)]
+    assert len(selection) + len(reported) == 30
+
+
+@pytest.mark.parametrize('path', [SWIN, VITDET])
+def test_every_cell_trains_the_demos_12_epochs_and_evaluates_on_200_images_at_epochs_3_6_and_12(path, tmp_path):
+    suite = load_suite(path, REPO_ROOT)
+    cells = [cell for name in STAGES for cell in stage(suite, name, tmp_path)[0]]
+    for cell in cells:
+        cfg = resolved_config(cell.config_path, cell.options)
+        assert osp.basename(cell.checkpoint) == 'epoch_12.pth' and cell.warmup == 100
+        assert cfg.train_cfg.max_epochs == 12 and validated_epochs(cfg.train_cfg) == [3, 6, 12]
+        assert [s['type'] for s in cfg.param_scheduler] == ['LinearLR', 'MultiStepLR']
+        assert cfg.param_scheduler[1]['milestones'] == [9, 11]  # the demo's own decay
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+            assert cfg[loader].dataset.data_root == 'data/shapes_val200/'
+        assert cfg.test_evaluator.ann_file == 'data/shapes_val200/annotations/instances_val.json'
+        assert cfg.default_hooks.checkpoint.interval == 1  # an interrupted cell resumes from its last epoch
+    # the 200 validation images: the command the suite files give
+    for line in open(path):
+        if 'make_shapes.py' in line:
+            assert '--out-dir data/shapes_val200/ --num-val 200' in line
+
+
+def test_the_vitdet_suite_runs_a_b_d_at_fixed_rates_on_three_fresh_seeds(tmp_path):
+    suite = load_suite(VITDET, REPO_ROOT)
+    cells, unknown = stage(suite, 'report', tmp_path)
+    assert not unknown and not stage(suite, 'select', tmp_path)[0]
+    assert [(c.variant, c.lr, c.seed) for c in cells] == [
+        (variant, lr, seed) for seed in (3, 4, 5)
+        for variant, lr in (('A_baseline', 2.5e-4), ('B_conditioned', 1e-3), ('D_norm_matched', 1e-3))]
+
+
+@pytest.mark.parametrize('path, variant, expected', [
+    (SWIN, 'A_baseline', None),
+    (SWIN, 'B_conditioned', dict(position='embedding', scope='image', control=None)),
+    (SWIN, 'D_norm_matched', dict(position='embedding', scope='image', control='norm_matched')),
+    (SWIN, 'F_win', dict(position='attention_input', scope='window', control=None)),
+    (VITDET, 'D_norm_matched', dict(position='embedding', scope='image', control='norm_matched'))])
+def test_each_arm_builds_the_model_it_names_and_runs_it(path, variant, expected, tmp_path):
+    suite = load_suite(path, REPO_ROOT)
+    cell = next(cell for name in STAGES for cell in stage(suite, name, tmp_path)[0] if cell.variant == variant)
+    backbone = resolved_config(cell.config_path, cell.options).model.backbone
+    if expected is None:
+        assert 'conditioning' not in backbone
+    else:
+        conditioning = backbone.conditioning
+        assert {key: conditioning.get(key, default) for key, default in (
+            ('position', 'embedding'), ('scope', 'image'), ('control', None))} == expected
+    model = MODELS.build(backbone)
+    model.eval()
+    with torch.no_grad():
+        outputs = model(torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
+    assert all(torch.isfinite(output).all() for output in outputs)
+
+
+def test_the_xcit_suite_pairs_each_conditioned_model_with_its_own_baseline_and_quotes_the_papers():
+    suite = load_suite(osp.join(REPO_ROOT, 'configs', 'suites', 'coco_pairs_xcit.py'), REPO_ROOT)
+    references = {name: variant.reference for name, variant in suite.variants.items()}
+    assert references == dict(S12_baseline=None, S12_conditioned='S12_baseline', M24_baseline=None,
+                              M24_conditioned='M24_baseline')
+    for name, variant in suite.variants.items():
+        arch = name.split('_')[0].lower()
+        assert f'xcit-{arch}-p16' in variant.config  # the pair is one architecture
+        if variant.reference:
+            assert variant.config.replace('-condtok', '') == suite.variants[variant.reference].config
+    assert suite.family == ['S12_conditioned', 'M24_conditioned']
+    # /work/shared/PAPER.md: ours XCiT-S 44.9 -> 45.7, XCiT-M 45.7 -> 46.2; the spectral paper XCiT-S 44.9 -> 45.6
+    assert 'XCiT-S 44.9 -> 45.7' in suite.description and 'XCiT-M 45.7 -> 46.2' in suite.description
+    assert 'spectral-conditioning paper XCiT-S 44.9 -> 45.6' in suite.description

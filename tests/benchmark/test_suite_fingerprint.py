@@ -1,0 +1,100 @@
+"""condtok_mm/benchmark/fingerprint.py: a suite uses a cell of its out dir only when the cell records the
+fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.py has the runner's own cells)."""
+import json
+import os.path as osp
+import subprocess
+import sys
+
+from condtok_mm.benchmark.fingerprint import differences
+from conftest import REPO_ROOT
+from suite_runs import record_fingerprints, write_cell
+
+SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
+BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
+CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
+ONE_EPOCH = {'train_cfg.max_epochs': 1}
+
+
+def write_suite(path, variants, cfg_options=ONE_EPOCH):
+    path.write_text(f"reference = 'baseline'\nseeds = [0, 1]\nlrs = [1e-3]\ncfg_options = {cfg_options!r}\n"
+                    f'variants = {variants!r}\n')
+    return str(path)
+
+
+def written_suite(tmp_path, fingerprints=True):
+    """Suite A's cells (baseline, cond; 2 seeds) as its run left them."""
+    out_dir = tmp_path / 'out'
+    for variant in ('baseline', 'cond'):
+        for seed in (0, 1):
+            write_cell(str(out_dir), variant, 1e-3, seed, 0.1 + 0.01 * seed, 0.05, [2.0, 1.0])
+    path = write_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)))
+    if fingerprints:
+        record_fingerprints(path, out_dir)
+    return path, out_dir
+
+
+def gather(path, out_dir, *extra):
+    return subprocess.run([sys.executable, SCRIPT, path, '--out-dir', str(out_dir), '--gather-only', *extra],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+
+
+def test_the_suite_that_ran_gathers_its_own_cells(tmp_path):
+    path, out_dir = written_suite(tmp_path)
+    result = gather(path, out_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [c['status'] for c in json.loads((out_dir / 'suite.json').read_text())['cells_detail']] == ['reused'] * 4
+
+
+def test_another_suite_in_the_same_out_dir_is_refused_naming_each_cell_and_what_differs(tmp_path):
+    _, out_dir = written_suite(tmp_path)
+    # suite B: its "cond" is another model (the baseline config with a scale option) under the same names
+    other = write_suite(tmp_path / 'b.py', dict(baseline=dict(config=BASELINE), cond=dict(
+        config=BASELINE, cfg_options={'model.backbone.drop_path_rate': 0.2})))
+    result = gather(other, out_dir)
+    assert result.returncode == 1 and not (out_dir / 'suite.json').exists()
+    assert 'error: 2 cell(s) under' in result.stderr and 'are not those of b:' in result.stderr
+    for seed in (0, 1):
+        assert f'cell cond lr 0.001 seed {seed} ({out_dir}/cond/lr0.001/seed{seed}) is not the cell' in result.stderr
+    assert "config model.backbone.type: 'CondSwinTransformer' recorded, 'SwinTransformer' now" in result.stderr
+    assert "config model.backbone.drop_path_rate: 0.1 recorded, 0.2 now" in result.stderr
+    assert 'options: +model.backbone.drop_path_rate=0.2' in result.stderr
+    assert 'cell baseline' not in result.stderr  # the same cell in both suites
+    assert '--resume --rerun-changed sets the changed cells aside' in result.stderr
+
+
+def test_a_suite_whose_common_options_changed_is_refused_for_every_cell(tmp_path):
+    path, out_dir = written_suite(tmp_path)
+    write_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
+                cfg_options={'train_cfg.max_epochs': 2})
+    result = gather(path, out_dir)
+    assert result.returncode == 1 and result.stderr.count('is not the cell this suite asks for') == 4
+    assert result.stderr.count('config train_cfg.max_epochs: 1 recorded, 2 now') == 4
+
+
+def test_cells_without_a_fingerprint_are_refused_unless_accepted_and_then_named(tmp_path):
+    path, out_dir = written_suite(tmp_path, fingerprints=False)
+    result = gather(path, out_dir)
+    assert result.returncode == 1
+    assert result.stderr.count('records no fingerprint (suite_cell.json)') == 4
+    assert '--accept-unfingerprinted uses the cells that record none as they are' in result.stderr
+    accepted = gather(path, out_dir, '--accept-unfingerprinted')
+    assert accepted.returncode == 0, accepted.stderr[-3000:]
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    assert summary['unfingerprinted'] == [c['work_dir'] for c in summary['cells_detail']]
+    assert 'Reused without a fingerprint (--accept-unfingerprinted' in (out_dir / 'suite.md').read_text()
+
+
+def test_differences_name_config_keys_options_seed_rate_and_version():
+    recorded = dict(config=dict(model=dict(a=1, b=[1, 2], c=dict(d='x'))), options=['k=1', 'j=2'], seed=0, lr=1e-3,
+                    version='0.1.0')
+    current = dict(config=dict(model=dict(a=1, b=[1, 3], e=5)), options=['k=1', 'm=3'], seed=1, lr=1e-3,
+                   version='0.2.0')
+    assert differences(recorded, current) == [  # the shallowest keys first
+        "config model.b: [1, 2] recorded, [1, 3] now", "config model.e: '<absent>' recorded, 5 now",
+        "config model.c.d: 'x' recorded, '<absent>' now", 'options: -j=2, +m=3', 'seed: 0 recorded, 1 now',
+        "version: '0.1.0' recorded, '0.2.0' now"]
+    assert differences(recorded, recorded) == []
+    assert differences(recorded, dict(recorded, options=['j=2', 'k=1'])) == [
+        'options: the same options in another order (the last of a key wins)']
+    many = dict(recorded, config={f'k{i}': i for i in range(9)})
+    assert differences(many, dict(many, config={}))[-1] == 'config: 3 more keys differ'
