@@ -11,6 +11,9 @@ from mmengine.config import Config, DictAction
 
 import condtok_mm  # noqa: F401
 import condtok_mm.compat
+from condtok_mm.benchmark.launch import commands
+from condtok_mm.benchmark.plan import final_checkpoint, make_cell, resolved_config
+from condtok_mm.benchmark.schema import load_suite
 from conftest import REPO_ROOT
 from test_pretrain_bridge import build, pretrained_classifier
 
@@ -46,17 +49,16 @@ def run_suite():
 
 
 def generated(suite_path, tmp_path):
-    """{variant: (train command, the cell's config as its train command resolves it)} of seed 0 at the suite's
-    first learning rate, from run_suite.py's own functions (what --dry-run prints)."""
-    runner = run_suite()
-    suite = runner.load_suite(osp.join(REPO_ROOT, suite_path))
-    args = runner.parse_args([suite_path, '--out-dir', str(tmp_path)])
+    """{variant: (train command, the cell's config as its train command resolves it)} of the first reported seed at the variant's
+    first learning rate, from the suite runner's own functions (what --dry-run prints)."""
+    suite = load_suite(osp.join(REPO_ROOT, suite_path), REPO_ROOT)
+    args = run_suite().parse_args([suite_path, '--out-dir', str(tmp_path)])
     cells = {}
-    for name, variant in suite['variants'].items():
-        lrs = variant['lrs'] if isinstance(variant['lrs'], list) else suite['lrs']
-        cell = runner.make_cell(suite, name, lrs[0], suite['seeds'][0], args)
-        cell['checkpoint'] = runner.final_checkpoint(cell)
-        train, _, _ = runner.commands(cell, args, 0)
+    for name, variant in suite.variants.items():
+        lrs = variant.lrs or suite.lrs
+        cell = make_cell(suite, name, lrs[0], suite.seeds[0], str(tmp_path), [])
+        cell.checkpoint = final_checkpoint(resolved_config(cell.config_path, cell.options), cell.work_dir)
+        train, _, _ = commands(cell, args, 0, REPO_ROOT)
         options = train[train.index('--cfg-options') + 1:]
         parser = argparse.ArgumentParser()
         parser.add_argument('--cfg-options', nargs='+', action=DictAction)
@@ -82,10 +84,10 @@ def ramp_hooks(cfg):
 
 def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
     suite, cells = generated(DEMO_SUITE, tmp_path)
-    assert list(suite['variants']) == ARMS + ['scratch_conditioned'] and suite['reference'] == 'P0_baseline'
-    assert suite['seeds'] == [0, 1, 2] and suite['metric'] == 'coco/bbox_mAP'
+    assert list(suite.variants) == ARMS + ['scratch_conditioned'] and suite.reference == 'P0_baseline'
+    assert (suite.selection_seeds, suite.seeds, suite.metric) == ([0, 1, 2], [3, 4, 5], 'coco/bbox_mAP')
     for name, (train, cfg) in cells.items():
-        assert f'randomness.seed=0' in train and f'optim_wrapper.optimizer.lr={suite["lrs"][0]!r}' in train
+        assert f'randomness.seed={suite.seeds[0]}' in train and f'optim_wrapper.optimizer.lr={suite.lrs[0]!r}' in train
         # the demo's own 12-epoch schedule, evaluated once by tools/test.py, every iteration's loss logged unsmoothed
         assert cfg.train_cfg.max_epochs == 12 and cfg.train_cfg.val_interval == 13
         assert [s.milestones for s in cfg.param_scheduler if s.type == 'MultiStepLR'] == [[9, 11]]
@@ -111,7 +113,7 @@ def test_demo_suite_takes_the_checkpoints_from_the_environment(tmp_path, monkeyp
 
 def test_coco_suite_runs_the_protocols_on_the_swin_t_1x_pair(tmp_path, monkeypatch):
     suite, cells = generated(COCO_SUITE, tmp_path)
-    assert list(suite['variants']) == ARMS and suite['lrs'] == [5e-5, 1e-4, 2e-4]
+    assert list(suite.variants) == ARMS and suite.lrs == [5e-5, 1e-4, 2e-4]
     public = Config.fromfile(osp.join(REPO_ROOT, 'configs/swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')).model.backbone
     for name, (_, cfg) in cells.items():
         backbone = cfg.model.backbone

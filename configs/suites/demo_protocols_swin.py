@@ -17,9 +17,9 @@ description = ('Demo Swin Mask R-CNN, 12 epochs, fine-tuned from a mini-Swin pre
                'over 100 iterations), P1-norm (norm-matched), P2 conditioned pretraining and fine-tuning; and the '
                'conditioned demo from scratch as a reference.')
 reference = 'P0_baseline'
-seeds = [0, 1, 2]
-# selection_seeds: the seeds the learning rate of each arm is chosen on, other than `seeds` (helper "suite" adds
-# the key to run_suite.py; the lead sets it here at merge), e.g. selection_seeds = [10, 11]
+# each arm's learning rate is chosen on seeds 0-2 (every rate), then reported on seeds 3-5 at that rate
+selection_seeds = [0, 1, 2]
+seeds = [3, 4, 5]
 lrs = [2.5e-4, 5e-4, 1e-3]
 lr_key = 'optim_wrapper.optimizer.lr'
 metric = 'coco/bbox_mAP'
