@@ -34,6 +34,8 @@ def test_forward_conditions_each_image(mode):
     (dict(alpha=-0.5), 'alpha=-0.5 is invalid; use a number in \[0, 100\]'),
     (dict(alpha='1'), "alpha='1' is invalid"),
     (dict(target_kappa=1), 'target_kappa=1 is invalid; use a finite number > 1'),
+    (dict(alpha=1e30), 'alpha=1e\\+30 is invalid; use a number in \[0, 100\]'),
+    (dict(target_kappa=float('inf')), 'target_kappa=inf is invalid; use a finite number > 1'),
     (dict(detach='yes'), "detach='yes' is invalid; use True or False"),
 ])
 def test_invalid_config_fails_at_build_time(cfg, message):
