@@ -14,7 +14,8 @@ n >= d and orthonormal rows when n < d),
 
 with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT_FULL
 rho^2; on the Newton-Schulz path SHIFT rho^2 where n < d, whose lift falls short on directions below rho: kappa up to
-t (1 + 4e-4) measured there; eigh sets h = 0 on the d - n structural zeros instead): sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
+t (1 + 4e-4) measured there; eigh sets h = 0 on the d - n structural zeros instead):
+sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
 upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
 u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
 eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
@@ -46,7 +47,8 @@ from .modes import RANK_RTOL, _grayed
 TAU = 1e-5
 # delta = SHIFT rho^2 where n < d on the Newton-Schulz path: G~ then has d - n zero eigenvalues by structure, and
 # their round-off (about eps lambda_max) must not be inverted (the eigh path sets h = 0 on them instead, and the
-# L x L side of a stack with fewer rows than channels has none). Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
+# L x L side of a stack with fewer rows than channels has none).
+# Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
 # h finite; its smallest eigenvalues can lie well below rho^2 when n is close to d (a square X: about rho^2 / n^2).
 SHIFT, SHIFT_FULL = 1e-4, 1e-10
 # Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
@@ -152,21 +154,10 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
                 + (rho**2)[:, None, None] * (live_dct @ dct.T))
     delta = torch.where(mask.sum(-1) < d, SHIFT, SHIFT_FULL) * rho**2
-    if solver == 'newton_schulz':
-        upper = largest_eigenvalue_bound(gram_reg)
-        c = upper.sqrt() / (target_kappa - 1)
-        shifted = gram_reg + delta[:, None, None] * eye
-        m_matrix = c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
-    else:
-        # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the
-        # others only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
-        lam, v = torch.linalg.eigh(gram_reg)
-        structural = torch.arange(d, device=x.device) < (d - mask.sum(-1, keepdim=True))
-        s = (lam.clamp_min(0) + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
-        s1 = lam[..., -1:].clamp_min(0).sqrt()
-        lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
-        h = torch.where((s > 0) & ~structural, lift / torch.where(s > 0, s, torch.ones_like(s)), zero)
-        m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
+    # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
+    # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
+    structural = torch.arange(d, device=x.device) < (d - mask.sum(-1, keepdim=True))
+    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
     band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
     if scale is not None:
@@ -189,7 +180,6 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     """
     stack, length, d = u.shape
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
-    eye = torch.eye(length, dtype=torch.float64, device=x.device)
     outside = (~mask).to(torch.float64)
     if mode == 'graying':
         gram = u @ u.transpose(-1, -2)
@@ -209,24 +199,31 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     regularised = torch.where(finite[:, None, None], u, zero) + rho[:, None, None] * tokens_dct  # u~
     gram_reg = regularised @ regularised.transpose(-1, -2)
     gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
-    delta = SHIFT_FULL * rho**2  # no eigenvalue is zero by structure on this side
-    if solver == 'newton_schulz':
-        upper = largest_eigenvalue_bound(gram_reg)
-        c = upper.sqrt() / (target_kappa - 1)
-        shifted = gram_reg + delta[:, None, None] * eye
-        m_matrix = c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
-    else:
-        lam, v = torch.linalg.eigh(gram_reg)
-        s = (lam.clamp_min(0) + delta.unsqueeze(-1)).sqrt()
-        s1 = lam[..., -1:].clamp_min(0).sqrt()
-        lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
-        h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
-        m_matrix = (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
+    no_structural_zero = torch.zeros(gram_reg.shape[:-1], dtype=torch.bool, device=x.device)  # on this side
+    m_matrix = _spectral_function(gram_reg, rho, SHIFT_FULL * rho**2, no_structural_zero, mode, target_kappa, solver)
     correction = rho[:, None, None] * tokens_dct + m_matrix @ regularised  # C / alpha, in u's units
     if scale is not None:
         correction = correction * scale[:, None, None]
     conditioned = masked + alpha * correction  # alpha = 0: exactly X
     return conditioned, _status(conditioned, finite, x.dtype)
+
+
+def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver):
+    """M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``: 'newton_schulz' (sigma_max) shifts by ``delta``;
+    'eigh' shifts by SHIFT_FULL rho^2 and sets h = 0 on the eigenvalues marked ``structural`` (S, k), in ascending
+    order (see the module)."""
+    if solver == 'newton_schulz':
+        upper = largest_eigenvalue_bound(gram)
+        c = upper.sqrt() / (target_kappa - 1)
+        eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
+        shifted = gram + delta[:, None, None] * eye
+        return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
+    lam, v = torch.linalg.eigh(gram)
+    s = (lam.clamp_min(0) + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
+    s1 = lam[..., -1:].clamp_min(0).sqrt()
+    lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
+    h = torch.where((s > 0) & ~structural, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
+    return (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
 def _status(conditioned: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
