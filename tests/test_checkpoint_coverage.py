@@ -110,3 +110,15 @@ def test_mis_shaped_parameters_count_as_unloaded_and_module_prefixes_are_removed
             'leaves 20 of the 1,020 parameters (2.0%) of the model of m.py unloaded: 1 have another shape in it '
             '(e.g. small.weight: [1, 20] in the model, [1, 21] in the checkpoint). ')):
         check_checkpoint_covers_model(model, state_dict, 'c.pth', 'm.py')  # a bare state dict, as zoos publish
+
+
+@pytest.mark.parametrize('config', ['mask-rcnn_swin-mini-spectral_fpn_12e_shapes.py',
+                                    'mask-rcnn_swin-mini-graying_fpn_12e_shapes.py'])
+def test_a_wrapped_backbone_is_covered_by_its_own_checkpoint(config):
+    # SpectralAttentionBackbone saves the wrapped backbone's keys (not `wrapped.`'s): the check reads the names
+    # the state dict gives the parameters, as the checkpoint has them
+    from condtok_mm.utils.runtime import check_checkpoint_covers_model, unloaded_parameters
+    model = build_model(osp.join(REPO_ROOT, 'configs', 'demo', config))
+    checkpoint = {'state_dict': model.state_dict()}
+    assert unloaded_parameters(model, checkpoint) == ([], [])
+    check_checkpoint_covers_model(model, checkpoint, 'its own checkpoint', config)

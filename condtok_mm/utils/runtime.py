@@ -112,6 +112,13 @@ class PartialCheckpointError(RuntimeError):
     """A checkpoint leaves more than :data:`PARTIAL_CHECKPOINT_LIMIT` of the model's parameters unloaded."""
 
 
+def saved_parameters(model: nn.Module) -> dict:
+    """{name: parameter} under the names the model's state dict gives them: its state-dict hooks included (our
+    wrappers, e.g. SpectralAttentionBackbone, save the wrapped backbone's keys, not `wrapped.`'s)."""
+    return {name: value for name, value in model.state_dict(keep_vars=True).items()
+            if isinstance(value, nn.Parameter)}
+
+
 def unloaded_parameters(model: nn.Module, checkpoint: dict) -> Tuple[List[str], List[Tuple[str, tuple, tuple]]]:
     """The parameters of ``model`` that loading ``checkpoint`` as Runner.load_checkpoint does leaves unloaded.
 
@@ -125,7 +132,7 @@ def unloaded_parameters(model: nn.Module, checkpoint: dict) -> Tuple[List[str], 
     state_dict = checkpoint.get('state_dict', checkpoint)
     state_dict = {re.sub(r'^module\.', '', key): value for key, value in state_dict.items()}
     missing, mismatched = [], []
-    for name, parameter in model.named_parameters():
+    for name, parameter in saved_parameters(model).items():
         if name not in state_dict:
             missing.append(name)
         elif tuple(state_dict[name].shape) != tuple(parameter.shape):
@@ -138,7 +145,7 @@ def check_checkpoint_covers_model(model: nn.Module, checkpoint: dict, checkpoint
     """Raise PartialCheckpointError if ``checkpoint`` leaves more than ``limit`` of ``model``'s parameters
     (in elements) unloaded; the message names the counts, a few keys, the checkpoint and the config."""
     missing, mismatched = unloaded_parameters(model, checkpoint)
-    shapes = dict(model.named_parameters())
+    shapes = saved_parameters(model)
     total = sum(parameter.numel() for parameter in shapes.values())
     unloaded = sum(shapes[name].numel() for name in missing) + sum(shapes[name].numel() for name, *_ in mismatched)
     if total == 0 or unloaded / total <= limit:
