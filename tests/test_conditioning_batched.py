@@ -262,3 +262,27 @@ def test_fewer_tokens_than_channels_give_the_same_result_from_either_side(mode, 
         tolerance = 1e-4 if solver == "newton_schulz" else 1e-6  # its shift where n < d on the d x d side
         assert torch.linalg.norm(wide[b, :n] - expected) <= tolerance * torch.linalg.norm(expected)
     assert wide_status.tolist() == padded_status.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize('length', [84, 67, 4200])  # a multiple of 64's divisors, a prime, a grid's H * W
+def test_band_sums_and_spread_equal_the_dense_band_indicators(length):
+    # Z^T u and Z W without forming Z (block sums, one partial block per edge, a gather by band) against the
+    # indicator matrix Z written out: band j of a matrix holds its valid tokens floor(j n / m) .. floor((j+1) n / m)
+    from condtok_mm.conditioning.batched import _Bands
+    d, gen = 16, torch.Generator().manual_seed(0)
+    mask = torch.rand(3, length, generator=gen) < 0.7
+    mask[2] = False
+    mask[2, :5] = True  # fewer valid tokens than channels: single-token bands
+    u = torch.randn(3, length, d, dtype=torch.float64, generator=gen) * mask.unsqueeze(-1)
+    dense = torch.zeros(3, length, d, dtype=torch.float64)
+    for s in range(3):
+        positions = mask[s].nonzero().flatten()
+        n = len(positions)
+        m = min(n, d)
+        for j in range(m):
+            members = positions[j * n // m:(j + 1) * n // m]
+            dense[s, members, j] = 1 / len(members) ** 0.5
+    bands = _Bands(mask, d)
+    torch.testing.assert_close(bands.sums(u), dense.transpose(-1, -2) @ u, rtol=1e-12, atol=1e-12)
+    rows = torch.randn(3, d, 5, dtype=torch.float64, generator=gen)
+    torch.testing.assert_close(bands.spread(rows), dense @ rows, rtol=1e-12, atol=1e-12)

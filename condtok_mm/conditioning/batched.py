@@ -63,8 +63,9 @@ def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
 
 
 def _block_length(length: int) -> int:
-    """The largest divisor of ``length`` up to 512 (a grid's row width divides H * W): the block of the band sums."""
-    return max(b for b in range(1, min(length, 512) + 1) if length % b == 0)
+    """The largest divisor of ``length`` up to 64: the block of the band sums. Small blocks keep the one block per
+    band edge that is read again small ((d + 1) x block x channels), and the block sums still cut L by the block."""
+    return max(b for b in range(1, min(length, 64) + 1) if length % b == 0)
 
 
 class _Bands:
@@ -86,7 +87,8 @@ class _Bands:
         j = torch.arange(d + 1, device=mask.device)
         edges = (torch.minimum(j, m) * n).div(m_safe, rounding_mode='floor')  # (S, d + 1), in valid tokens
         self.live = j[:-1] < m  # (S, d): which bands exist
-        self.weight = (self.live / (edges[:, 1:] - edges[:, :-1]).clamp(min=1).sqrt()).to(torch.float64)
+        lengths = (edges[:, 1:] - edges[:, :-1]).clamp(min=1).to(torch.float64)  # sqrt of an integer tensor is float32
+        self.weight = self.live / lengths.sqrt()
         # positions whose count is <= each edge: the first e valid tokens lie in the first `ends` positions
         self.ends = torch.searchsorted(count.contiguous(), edges.contiguous(), right=True)  # (S, d + 1)
         band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # (S, L); d: no band
@@ -101,10 +103,11 @@ class _Bands:
         before = torch.nn.functional.pad(blocks.sum(2).cumsum(1), (0, 0, 1, 0))  # sums of the blocks before k
         index = (self.ends // block).clamp(max=length // block - 1)  # (S, d + 1): the block each edge ends in
         rest = self.ends - index * block  # the positions of that block before the edge, 0..block
-        cut = torch.gather(blocks, 1, index[..., None, None].expand(-1, -1, block, channels))
+        rows = (index + (length // block + 1) * torch.arange(stack, device=u.device).unsqueeze(-1)).reshape(-1)
+        cut = torch.nn.functional.pad(blocks, (0, 0, 0, 0, 0, 1)).reshape(-1, block, channels).index_select(0, rows)
         head = (torch.arange(block, device=u.device) < rest.unsqueeze(-1)).to(u.dtype)  # (S, d + 1, block)
-        prefix = torch.gather(before, 1, index.unsqueeze(-1).expand(-1, -1, channels)) \
-            + (head.unsqueeze(-2) @ cut).squeeze(-2)
+        prefix = before.reshape(-1, channels).index_select(0, rows).view(stack, -1, channels) \
+            + (head.reshape(-1, 1, block) @ cut).view(stack, -1, channels)
         return (prefix[:, 1:] - prefix[:, :-1]) * self.weight.unsqueeze(-1)
 
     def spread(self, rows: torch.Tensor) -> torch.Tensor:
