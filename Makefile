@@ -10,7 +10,7 @@ DEMO_BASELINE_EPOCHS ?= 3
 DEMO_WORK_DIR ?= work_dirs/demo
 DEMO_DATA ?= data/shapes/
 BENCH_DIR ?= work_dirs/benchmark
-# Sized so that `make bench` fits 2 CPU cores in an hour; README "Results" gives the full-size commands.
+# Sized so that `make bench` fits 2 CPU cores in an hour; docs/en/benchmarks.md gives the full-size commands.
 BENCH_EVAL_IMAGES ?= 1000
 GPU_CHECK_DIR ?= work_dirs/gpu_check
 
@@ -33,7 +33,7 @@ demo: install
 		--labels baseline condtok --out $(DEMO_WORK_DIR)/conditioning.png
 	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/condtok/test
 
-# Every benchmark of tools/benchmark/ (tables printed, JSON + PNG under $(BENCH_DIR)); see README "Results".
+# Every benchmark of tools/benchmark/ (tables printed, JSON + PNG under $(BENCH_DIR)); see docs/en/benchmarks.md.
 bench: install
 	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
 	$(PY) tools/benchmark/overhead.py --out-dir $(BENCH_DIR)/overhead

@@ -517,7 +517,8 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     resumed = (work_dir / 'train.log').read_text().split('$ ')[-1]
     assert '--resume' in resumed.splitlines()[0] and 'resumed' in resumed.lower()
     # mmengine pads the epoch to the width of max_epochs: 'Epoch(train)  [2][1/2]'
-    assert re.search(rf'Epoch\(train\) +\[{last + 1}\]', resumed) and not re.search(rf'Epoch\(train\) +\[{last}\]', resumed)
+    assert re.search(rf'Epoch\(train\) +\[{last + 1}\]', resumed)
+    assert not re.search(rf'Epoch\(train\) +\[{last}\]', resumed)
     assert (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists()
     summary = json.loads((out_dir / 'suite.json').read_text())
     assert [c['status'] for c in summary['cells_detail']] == ['ran']
