@@ -138,10 +138,7 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     gram = torch.where(finite[:, None, None], gram, zero)
     eye = torch.eye(d, dtype=torch.float64, device=x.device)
     if mode == 'graying':
-        lam, v = torch.linalg.eigh(gram)
-        s = lam.clamp_min(0).sqrt()
-        gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
-        grayed = (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
+        grayed = _grayed_function(gram, epsilon)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
         if scale is not None:
             grayed = grayed / scale[:, None, None]
         # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
@@ -156,10 +153,11 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     live_dct = dct * live.unsqueeze(-2)
     gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
                 + (rho**2)[:, None, None] * (live_dct @ dct.T))
-    delta = torch.where(mask.sum(-1) < d, SHIFT, SHIFT_FULL) * rho**2
+    valid_count = mask.sum(-1)
+    delta = torch.where(valid_count < d, SHIFT, SHIFT_FULL) * rho**2
     # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
     # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
-    structural = torch.arange(d, device=x.device) < (d - mask.sum(-1, keepdim=True))
+    structural = torch.arange(d, device=x.device) < (d - valid_count).unsqueeze(-1)
     m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
     band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
@@ -187,10 +185,7 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     if mode == 'graying':
         gram = u @ u.transpose(-1, -2)
         finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)
-        lam, v = torch.linalg.eigh(torch.where(finite[:, None, None], gram, zero))
-        s = lam.clamp_min(0).sqrt()
-        gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)  # U (S / s_1)^eps V^T = V diag(g / s) V^T u
-        grayed = (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
+        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon)  # (S/s_1)^eps = g(.) u
         conditioned = (1 - alpha) * masked + alpha * (grayed @ u)
         return conditioned, _status(conditioned, finite, x.dtype)
     bands = _Bands(mask, d)
@@ -209,6 +204,15 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
         correction = correction * scale[:, None, None]
     conditioned = masked + alpha * correction  # alpha = 0: exactly X
     return conditioned, _status(conditioned, finite, x.dtype)
+
+
+def _grayed_function(gram: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """V diag(g(s) / s) V^T for the Gram matrices ``gram`` = V diag(s^2) V^T, g Token Graying's map: applied to the
+    matrix whose Gram matrix it is (on either side), it gives U (S / s_1)^eps V^T."""
+    lam, v = torch.linalg.eigh(gram)
+    s = lam.clamp_min(0).sqrt()
+    gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)
+    return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
 def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver):
