@@ -27,6 +27,8 @@ checks with allow-lists).
   ``last_checkpoint`` are written to a temporary file and renamed, and a checkpoint carries each process's
   random generator states so that ``--resume`` continues the same random streams as the run that was
   interrupted.
+- :mod:`.config_formatting`: a run formats its config with yapf once, not at each of the five reads of
+  ``Config.pretty_text`` (0.5-1 s each).
 """
 import logging
 from typing import Callable, NamedTuple, Set, Tuple
@@ -35,7 +37,8 @@ import mmengine
 import torch
 from mmengine.logging import print_log
 
-from . import atomic_checkpoints, auto_scale_lr, checkpoint_loading, cpu_launchers, exact_resume
+from . import (atomic_checkpoints, auto_scale_lr, checkpoint_loading, config_formatting, cpu_launchers,
+               exact_resume)
 from .atomic_checkpoints import save_checkpoint
 from .checkpoint_loading import (HISTORY_BUFFER_STATISTICS, NUMPY_NUMBER_TYPES, UnsafeCheckpointError,
                                  checkpoint_safe_globals, load_from_local)
@@ -72,6 +75,8 @@ FIXES = (
         atomic_checkpoints.apply),
     Fix('exact_resume', "checkpoints carry every process's random generator states, which --resume restores",
         mmengine_has_the_bugs, exact_resume.apply),
+    Fix('config_formatting', 'a config is formatted by yapf once per text instead of at every read of '
+        'Config.pretty_text (five a training run)', mmengine_has_the_bugs, config_formatting.apply),
 )
 _applied: Set[str] = set()
 

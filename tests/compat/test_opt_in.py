@@ -62,7 +62,7 @@ PATCHED_BY_THE_FIXES = [
     "CheckpointLoader._schemes['https://']", "CheckpointLoader._schemes['open-mmlab://']",
     "CheckpointLoader._schemes['openmmlab://']", "CheckpointLoader._schemes['pavi://']",
     'mmengine._strategy.colossalai.save_checkpoint', 'mmengine._strategy.deepspeed.save_checkpoint',
-    'mmengine.dist.utils._init_dist_pytorch', 'mmengine.dist.utils._init_dist_slurm',
+    'mmengine.config.config.FormatCode', 'mmengine.dist.utils._init_dist_pytorch', 'mmengine.dist.utils._init_dist_slurm',
     'mmengine.hooks.checkpoint_hook.CheckpointHook._save_checkpoint_with_step',
     'mmengine.runner.checkpoint.CheckpointLoader._schemes',  # register_scheme sorts the schemes into a new dict
     'mmengine.runner.checkpoint.load_from_http',  # called by name by the torchvision:// and mmcls:// loaders
@@ -103,5 +103,5 @@ def test_no_fix_applies_to_an_mmengine_newer_than_the_last_one_with_the_bugs():
 
 def test_apply_applies_every_fix_of_the_table_in_its_order():
     assert [fix.name for fix in compat.FIXES] == ['checkpoint_loading', 'cpu_launchers', 'auto_scale_lr',
-                                                  'atomic_checkpoints', 'exact_resume']
+                                                  'atomic_checkpoints', 'exact_resume', 'config_formatting']
     assert compat.apply() == tuple(fix.name for fix in compat.FIXES)  # this mmengine has every bug
