@@ -1,6 +1,6 @@
-"""The decisive experiment's suites (configs/suites/demo_decisive_{swin,vitdet}.py, issue 23) and the XCiT
-pairs: what they ask the runner to train, at which rates and seeds, on which schedule and data, and that
-each arm's model builds and runs."""
+"""The decisive experiment's suites (configs/suites/demo_decisive_{swin,vitdet}.py, issue 23), its dose-response
+at a held token scale (demo_dose_norm_swin.py) and the XCiT pairs: what they ask the runner to train, at which
+rates and seeds, on which schedule and data, and that each arm's model builds and runs."""
 import os.path as osp
 
 import pytest
@@ -9,14 +9,17 @@ from mmdet.registry import MODELS
 from mmengine.runner.utils import calc_dynamic_intervals
 
 import condtok_mm  # noqa: F401  (registration)
+from condtok_mm.benchmark.fingerprint import fingerprint
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage, resolved_config
 from condtok_mm.benchmark.results import cell_results
 from condtok_mm.benchmark.schema import load_suite, phase_of
-from conftest import REPO_ROOT
+from condtok_mm.conditioning import condition_number
+from conftest import REPO_ROOT, random_tokens
 from suite_runs import write_cell
 
 SWIN = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_swin.py')
 VITDET = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_vitdet.py')
+DOSE = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_dose_norm_swin.py')
 
 
 def stage(suite, name, out_dir, cells=()):
@@ -57,7 +60,7 @@ def test_the_swin_suite_chooses_as_rate_on_seeds_0_to_2_and_reports_every_arm_on
     assert len(selection) + len(reported) == 30
 
 
-@pytest.mark.parametrize('path', [SWIN, VITDET])
+@pytest.mark.parametrize('path', [SWIN, VITDET, DOSE])
 def test_every_cell_trains_the_demos_12_epochs_and_evaluates_on_200_images_at_epochs_3_6_and_12(path, tmp_path):
     suite = load_suite(path, REPO_ROOT)
     cells = [cell for name in STAGES for cell in stage(suite, name, tmp_path)[0]]
@@ -107,6 +110,64 @@ def test_each_arm_builds_the_model_it_names_and_runs_it(path, variant, expected,
     with torch.no_grad():
         outputs = model(torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
     assert all(torch.isfinite(output).all() for output in outputs)
+
+
+# (variant, rate, mode, target kappa, control, reference) of the dose suite, in its order
+DOSE_ARMS = [
+    ('B_conditioned', 1e-3, 'sigma_max', 2.0, None, None),
+    ('plain_k1_25', 1e-3, 'sigma_max', 1.25, None, 'B_conditioned'),
+    ('plain_k8', 1e-3, 'sigma_max', 8.0, None, 'B_conditioned'),
+    ('D_norm_matched', 1e-3, 'sigma_max', 2.0, 'norm_matched', None),
+    ('norm_k1_25', 1e-3, 'sigma_max', 1.25, 'norm_matched', 'D_norm_matched'),
+    ('norm_k8', 1e-3, 'sigma_max', 8.0, 'norm_matched', 'D_norm_matched'),
+    ('D_norm_matched_lr5e_4', 5e-4, 'sigma_max', 2.0, 'norm_matched', None),
+    ('norm_k1_25_lr5e_4', 5e-4, 'sigma_max', 1.25, 'norm_matched', 'D_norm_matched_lr5e_4'),
+    ('norm_k8_lr5e_4', 5e-4, 'sigma_max', 8.0, 'norm_matched', 'D_norm_matched_lr5e_4'),
+    ('graying', 1e-3, 'graying', None, None, None),
+    ('graying_norm', 1e-3, 'graying', None, 'norm_matched', 'graying'),
+    ('graying_lr5e_4', 5e-4, 'graying', None, None, None),
+    ('graying_norm_lr5e_4', 5e-4, 'graying', None, 'norm_matched', 'graying_lr5e_4'),
+]
+
+
+def test_the_dose_suite_reports_every_dose_at_rates_fixed_in_advance_and_reuses_the_decisive_b_and_d(tmp_path):
+    suite = load_suite(DOSE, REPO_ROOT)
+    cells, unknown = stage(suite, 'report', tmp_path)
+    assert not unknown and not stage(suite, 'select', tmp_path)[0]  # no rate is chosen: every arm is reported
+    assert suite.family == ['norm_k1_25', 'norm_k8', 'norm_k1_25_lr5e_4', 'norm_k8_lr5e_4']
+    assert [(c.variant, c.lr, c.seed) for c in cells] == [
+        (arm[0], arm[1], seed) for seed in (3, 4, 5) for arm in DOSE_ARMS]
+    for name, lr, mode, kappa, control, reference in DOSE_ARMS:
+        assert suite.variants[name].reference == reference
+        cell = next(c for c in cells if c.variant == name)
+        conditioning = resolved_config(cell.config_path, cell.options).model.backbone.conditioning
+        assert (conditioning['mode'], conditioning.get('control')) == (mode, control)
+        if kappa is not None:
+            assert conditioning.get('target_kappa', 2.0) == kappa
+    # B and D are the decisive study's cells: the same fingerprint, so that linked in they are reused
+    decisive = load_suite(SWIN, REPO_ROOT)
+    decisive_cells = {(c.variant, c.seed): c for c in stage(decisive, 'report', tmp_path)[0]}
+    for cell in cells:
+        if cell.variant in ('B_conditioned', 'D_norm_matched'):
+            assert fingerprint(cell) == fingerprint(decisive_cells[cell.variant, cell.seed])
+
+
+def test_the_norm_matched_doses_keep_the_token_scale_and_the_plain_ones_grow_it_as_kappa_falls(tmp_path):
+    suite = load_suite(DOSE, REPO_ROOT)
+    cells = {c.variant: c for c in stage(suite, 'report', tmp_path)[0]}
+    x = random_tokens(2, 49, 24, 1e3, dtype=torch.float64)  # kappa 1e3, as embedded tokens are ill-conditioned
+    scale = {}
+    for name, _, mode, kappa, control, _ in DOSE_ARMS:
+        conditioning = resolved_config(cells[name].config_path, cells[name].options).model.backbone.conditioning
+        out = MODELS.build(conditioning)(x)
+        scale[name] = (torch.linalg.matrix_norm(out) / torch.linalg.matrix_norm(x)).tolist()
+        if kappa is not None:
+            assert (condition_number(out) <= kappa * (1 + 1e-6)).all()
+        if control == 'norm_matched':
+            assert scale[name] == pytest.approx([1.0, 1.0], rel=1e-9)
+    # sigma_max lifts the small singular values to s_1 / t: the smaller t, the larger ||X + C||_F
+    for b in range(2):
+        assert scale['plain_k8'][b] < scale['B_conditioned'][b] < scale['plain_k1_25'][b]
 
 
 def test_the_xcit_suite_pairs_each_conditioned_model_with_its_own_baseline_and_quotes_the_papers():
