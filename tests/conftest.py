@@ -12,8 +12,15 @@ import sys
 import threading
 import time
 
-import pytest
-import torch
+# One intra-op thread for each test process and the processes the tests start (a value set in the environment is
+# kept): `make test` runs two pytest-xdist workers, and the end-to-end tests their training processes, on 2 cores,
+# where the spinning OpenMP threads of oversubscribed processes made small linear-algebra tests up to 200x slower
+# (tests/test_token_graying.py at 64 x 512: 0.06 s alone, 15 s beside a second worker). Set before torch loads.
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+os.environ.setdefault('MKL_NUM_THREADS', '1')
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from mmengine.config import DictAction
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

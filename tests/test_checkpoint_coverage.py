@@ -57,6 +57,7 @@ def test_tools_test_evaluates_a_partial_checkpoint_when_asked(vitdet_checkpoint,
     assert 'coco/bbox_mAP' in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_the_check_passes_a_matching_checkpoint_and_stops_another_as_the_runner_loads_it(shapes_root, tmp_path):
     from condtok_mm.utils.runtime import CheckpointCoverageCheck, PartialCheckpointError
     cfg = Config.fromfile(DEMO)

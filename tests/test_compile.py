@@ -42,6 +42,7 @@ def demo_tokens(channels):
     return torch.nn.functional.layer_norm(torch.randn(2, HW[0] * HW[1], channels), (channels, ))
 
 
+@pytest.mark.slow
 def test_the_demo_conditioner_compiles_whole_and_matches_eager(demo_backbone):
     (conditioner, ) = [m for m in demo_backbone.modules() if isinstance(m, TokenConditioner)]
     tokens = demo_tokens(demo_backbone.patch_embed.projection.out_channels).requires_grad_()
@@ -60,6 +61,7 @@ def test_the_demo_conditioner_compiles_whole_and_matches_eager(demo_backbone):
     torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_demo_backbone_forward_has_no_graph_break(demo_backbone):
     images = torch.randn(2, 3, 4 * HW[0], 4 * HW[1])
     record_valid_region(images, [(4 * h, 4 * w) for h, w in VALID_SHAPES])

@@ -7,7 +7,10 @@ from condtok_mm.conditioning.completion import _bands
 from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
 from conftest import random_tokens
 
-SHAPES = [(3136, 96), (196, 768), (64, 512), (96, 96), (5, 3)]
+# The stage sizes of Swin-T (3136 x 96) and ViT-B (196 x 768) take seconds each on 2 cores: `make test` runs them,
+# `make test-quick` the smaller shapes of the same tests.
+STAGE_SHAPES = [pytest.param((3136, 96), marks=pytest.mark.slow), pytest.param((196, 768), marks=pytest.mark.slow)]
+SHAPES = STAGE_SHAPES + [(64, 512), (96, 96), (5, 3)]
 KAPPAS = [1e1, 1e3, 1e6]
 BOUND_TOL = 1e-3
 
@@ -42,7 +45,7 @@ def test_bound_holds_at_detection_resolution(mode):
 
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)
-@pytest.mark.parametrize('shape', [(3136, 96), (196, 768), (64, 512)])
+@pytest.mark.parametrize('shape', STAGE_SHAPES + [(64, 512)])
 def test_matches_numpy_svd_reference(mode, shape):
     # the correction is unique for a full-rank X with distinct singular values
     x = random_tokens(2, *shape, 1e3, dtype=torch.float64)
@@ -94,7 +97,7 @@ def low_precision_check(x, y, mode, method='gram'):
     return error, budget, condition_number(y), (s[:, 0] + budget) / (s[:, -1] - budget)
 
 
-LOW_PRECISION_SHAPES = [(3136, 96), (196, 768), (64, 512)]
+LOW_PRECISION_SHAPES = STAGE_SHAPES + [(64, 512)]
 
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)
@@ -263,7 +266,7 @@ def numpy_ones_complement(d):
 
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)
-@pytest.mark.parametrize('shape', [(3136, 96), (40, 64)])
+@pytest.mark.parametrize('shape', STAGE_SHAPES[:1] + [(40, 64)])
 def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shape):
     # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
     x = torch.nn.functional.layer_norm(random_tokens(2, *shape, 1e3, dtype=torch.float64), shape[-1:])

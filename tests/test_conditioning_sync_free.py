@@ -40,6 +40,7 @@ class RefuseHostReads(TorchDispatchMode):
 
 @pytest.mark.parametrize('options', [dict(), dict(solver='newton_schulz'), dict(scope='window', window_size=7),
                                      dict(centred=True), dict(control='norm_matched'), dict(mode='floor')])
+@pytest.mark.slow
 def test_op_count_does_not_grow_with_the_batch(options):
     conditioner = TokenConditioner(**options)
     counts = []
@@ -51,6 +52,7 @@ def test_op_count_does_not_grow_with_the_batch(options):
     assert counts[0] == counts[1], counts
 
 
+@pytest.mark.slow
 def test_op_count_with_valid_shapes_as_a_list_is_the_same_for_every_batch():
     conditioner = TokenConditioner()
     counts = []
@@ -64,6 +66,7 @@ def test_op_count_with_valid_shapes_as_a_list_is_the_same_for_every_batch():
 
 @pytest.mark.parametrize('options', [dict(), dict(scope='window', window_size=7, shift_size=3),
                                      dict(centred=True, control='scale_matched')])
+@pytest.mark.slow
 def test_the_gpu_path_runs_without_host_reads(options):
     # the default GPU path: Newton-Schulz; check='auto' on CUDA copies the status without a read (deferred), which
     # check=False stands in for on the CPU
@@ -83,6 +86,7 @@ def test_host_read_guard_catches_the_cpu_check():
 
 
 @pytest.mark.parametrize('solver', ['eigh', 'newton_schulz'])
+@pytest.mark.slow
 def test_compiles_whole_and_other_valid_sizes_do_not_recompile(solver):
     import torch._dynamo
     torch._dynamo.reset()

@@ -18,6 +18,7 @@ VITDET_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet-
 
 
 @pytest.mark.parametrize('config', [DEMO, VITDET_DEMO], ids=osp.basename)
+@pytest.mark.slow
 def test_one_training_step_of_the_demo_config(shapes_root, tmp_path, config):
     cfg = Config.fromfile(config)
     fall_back_from_amp_on_cpu(cfg)  # as the tools do: ViTDet's recipe asks for AMP, which needs a GPU

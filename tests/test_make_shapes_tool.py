@@ -5,6 +5,8 @@ import os.path as osp
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT
 
 TOOL = osp.join(REPO_ROOT, 'tools', 'dataset', 'make_shapes.py')
@@ -15,6 +17,7 @@ def make(out_dir, num_val):
                            str(num_val), '--size', '48', '48'], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_other_counts_into_an_existing_dataset_are_refused_and_the_same_are_kept(tmp_path):
     assert make(tmp_path / 'small', 2).returncode == 0
     again = make(tmp_path / 'small', 2)
@@ -24,6 +27,7 @@ def test_other_counts_into_an_existing_dataset_are_refused_and_the_same_are_kept
     assert 'has 2 train and 2 val images, not the 2 and 3 asked for; give another --out-dir' in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_larger_validation_set_begins_with_the_smaller_ones_images(tmp_path):
     assert make(tmp_path / 'small', 2).returncode == 0 and make(tmp_path / 'large', 3).returncode == 0
     small, large = (json.load(open(tmp_path / name / 'annotations' / 'instances_val.json')) for name in ('small', 'large'))

@@ -40,6 +40,7 @@ def mim(host, *args):
     return result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_mim_search_lists_our_configs_with_attributed_results(host):
     printed = mim(host, 'search', 'condtok_mm')
     assert 'config id: mask-rcnn_condtok' in printed and 'config id: mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco' \

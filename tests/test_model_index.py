@@ -3,6 +3,7 @@ import glob
 import os.path as osp
 import re
 
+import pytest
 import yaml
 from mmengine.config import Config
 
@@ -21,6 +22,7 @@ def metafile_models():
             yield model
 
 
+@pytest.mark.slow
 def test_every_config_is_in_the_model_index_with_its_schedule():
     models = list(metafile_models())
     configs = {osp.relpath(p, REPO_ROOT) for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'),

@@ -106,6 +106,7 @@ def test_mixed_null_counts_streaming(monkeypatch, calls, mode):
 
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)
+@pytest.mark.slow
 def test_mixed_null_counts_explicit_single_projection(monkeypatch, calls, mode):
     # a 7 x 7 grid has fewer rows than the 12 bands: not streamed, completed by _completion_lift on token runs
     x = embedded([40, 44, 47, 48], 49, 48, 1e2)
@@ -117,6 +118,7 @@ def test_mixed_null_counts_explicit_single_projection(monkeypatch, calls, mode):
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)
 @pytest.mark.parametrize('layernorm', [True, False])
+@pytest.mark.slow
 def test_wide_spectrum_explicit_two_projections(monkeypatch, calls, mode, layernorm):
     # a non-null spectrum wider than kappa 1e3 beside null directions: _complete_null_space does the work
     if layernorm:

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO_ROOT, build_wheel
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_package_and_its_configs(tmp_path):
     checkout_before = sorted(os.listdir(REPO_ROOT))
     wheel = build_wheel(tmp_path)
@@ -53,6 +54,7 @@ def test_the_package_parses_on_the_oldest_python_that_setup_py_accepts():
         ast.parse(open(path).read(), path, feature_version=oldest)  # SyntaxError names the file and line
 
 
+@pytest.mark.slow
 def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_path):
     # A second virtual environment that sees this one's packages (torch, mmcv, mmengine, mmdet, ...), as a
     # user's mmdet or mmseg environment would: pip, offline, must find every requirement of condtok_mm and of
@@ -143,6 +145,7 @@ def run_mmcv_build(*args, **env):
                           capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_mmcv_build_choose_reads_this_machine_and_prints_what_install_sh_parses(tmp_path):
     import torch
     visible = torch.cuda.device_count()

@@ -57,6 +57,7 @@ def detector_initialised_from(detection_config, checkpoint):
 
 
 @pytest.mark.parametrize('classification_config, detection_config', PAIRS, ids=lambda name: name.split('_')[1])
+@pytest.mark.slow
 def test_every_backbone_weight_of_the_classifier_lands_in_the_detector(tmp_path, classification_config,
                                                                       detection_config):
     condtok_mm.compat.apply()  # mmengine's checkpoint loading, weights-only on torch >= 2.6
@@ -88,6 +89,7 @@ def test_the_conditioned_classifier_and_detector_condition_the_same_tokens():
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_mmpretrain_swin_t_checkpoint_has_the_coco_detectors_backbone_keys():
     """Protocol P2 on COCO (configs/suites/coco_protocols_swin-t_1x.py): every weight of the conditioned ImageNet
     Swin-T's backbone has its place in the conditioned Swin-T Mask R-CNN's, with its shape; the detector's only

@@ -82,6 +82,7 @@ def ramp_hooks(cfg):
     return [hook for hook in cfg.custom_hooks if hook['type'] == 'ConditioningStrengthRampHook']
 
 
+@pytest.mark.slow
 def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
     suite, cells = generated(DEMO_SUITE, tmp_path)
     assert list(suite.variants) == ARMS + ['scratch_conditioned'] and suite.reference == 'P0_baseline'
@@ -111,6 +112,7 @@ def test_demo_suite_takes_the_checkpoints_from_the_environment(tmp_path, monkeyp
     assert paths == dict.fromkeys(ARMS[:4], '/ckpt/plain.pth') | {'P2_conditioned_pretraining': '/ckpt/conditioned.pth'}
 
 
+@pytest.mark.slow
 def test_coco_suite_runs_the_protocols_on_the_swin_t_1x_pair(tmp_path, monkeypatch):
     suite, cells = generated(COCO_SUITE, tmp_path)
     assert list(suite.variants) == ARMS and suite.lrs == [5e-5, 1e-4, 2e-4]
@@ -140,6 +142,7 @@ def test_protocol_config_differs_from_p1_only_in_its_protocols_keys(path):
     assert {key: ours[key] for key in changed} == expected
 
 
+@pytest.mark.slow
 def test_every_fine_tuned_arm_starts_from_the_same_neck_and_heads_for_a_seed(tmp_path):
     condtok_mm.compat.apply()
     checkpoints = {kind: str(tmp_path / f'{kind}.pth') for kind in DEMO_CHECKPOINTS}

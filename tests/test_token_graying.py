@@ -32,7 +32,9 @@ def assert_matches_reference(got, x, epsilon, alpha=1.0, rtol=1e-9):
 
 @pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('epsilon', [0.3, 0.95, 1.0])
-@pytest.mark.parametrize('shape', [(3136, 96), (196, 768), (64, 512), (5, 3)])
+# the stage sizes of Swin-T and ViT-B take seconds each on 2 cores: `make test` runs them, `make test-quick` the rest
+@pytest.mark.parametrize('shape', [pytest.param((3136, 96), marks=pytest.mark.slow),
+                                   pytest.param((196, 768), marks=pytest.mark.slow), (64, 512), (5, 3)])
 def test_graying_matches_numpy_svd_reference(method, epsilon, shape):
     x = random_tokens(2, *shape, 1e3, dtype=torch.float64)
     got = condition_tokens(x, mode='graying', epsilon=epsilon, method=method)

@@ -55,6 +55,7 @@ def test_attention_kappa_equals_numpy_on_known_matrices():
 
 
 @pytest.mark.parametrize('conditioned', [True, False])
+@pytest.mark.slow
 def test_token_kappa_before_and_after_the_correction(conditioned):
     torch.manual_seed(0)
     backbone = MODELS.build(dict(type='CondSwinTransformer', **SMALL_SWIN,
@@ -172,6 +173,7 @@ def numpy_window_validity(valid_hw, grid_hw, window_size):
 
 @pytest.mark.parametrize('position, scope', [('embedding', 'image'), ('attention_input', 'image'),
                                              ('attention_input', 'window')])
+@pytest.mark.slow
 def test_attention_input_scale_and_padding_free_kappa_equal_numpy(position, scope):
     """A hand-built case: a padded batch of two images, a conditioned Swin stage 0, every matrix recorded."""
     torch.manual_seed(0)

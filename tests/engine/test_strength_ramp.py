@@ -84,6 +84,7 @@ def test_strength_is_the_hand_computed_ramp():
 
 
 @pytest.mark.parametrize('shape', ['linear', 'cosine'])
+@pytest.mark.slow
 def test_each_training_iteration_runs_with_the_ramps_alpha_and_validation_with_the_full_one(tmp_path, shape):
     run = runner(tmp_path, max_iters=6, ramp=dict(type='ConditioningStrengthRampHook', length=4, shape=shape),
                  val_interval=3)
@@ -100,6 +101,7 @@ def test_each_training_iteration_runs_with_the_ramps_alpha_and_validation_with_t
     assert [r['condtok/strength'] for r in logged if 'condtok/strength' in r] == pytest.approx(hand, abs=1e-15)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_ramp_exactly(tmp_path):
     ramp = dict(type='ConditioningStrengthRampHook', length=5)
     whole = runner(tmp_path / 'whole', max_iters=6, ramp=ramp)

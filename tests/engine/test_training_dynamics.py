@@ -153,6 +153,7 @@ def hand_dynamics(model, images):
 
 
 @pytest.mark.parametrize('with_cp', [False, True], ids=['plain', 'activation-checkpointing'])
+@pytest.mark.slow
 def test_recorded_values_equal_a_float64_hand_computation(tmp_path, with_cp):
     model, steps = train_toy(tmp_path, iters=3, interval=2, with_cp=with_cp)
     want = hand_dynamics(model, IMAGES)
@@ -167,6 +168,7 @@ def test_recorded_values_equal_a_float64_hand_computation(tmp_path, with_cp):
     assert want["attn_entropy/blocks.0"] < 0.95 * math.log(4) and want["attn_entropy/blocks.1"] < 0.95 * math.log(16)
 
 
+@pytest.mark.slow
 def test_no_hook_is_registered_and_nothing_recorded_between_recordings(tmp_path):
     counter = CountHooks()
     _, steps = train_toy(tmp_path, iters=5, interval=3, extra_hooks=[counter])

@@ -91,6 +91,7 @@ def coco_metric_results(ann_file, samples):
     return evaluate(CocoMetric(ann_file=ann_file, metric=METRIC_TYPES, classwise=True), samples)
 
 
+@pytest.mark.slow
 def test_fast_coco_metric_reports_what_coco_metric_reports(ann_file, samples, coco_metric_results):
     metric = METRICS.build(
         dict(type='FastCocoMetric', ann_file=ann_file, metric=METRIC_TYPES, classwise=True))

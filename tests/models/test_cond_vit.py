@@ -241,6 +241,7 @@ def test_attention_probabilities_can_be_recorded_from_the_softmax_module():
     torch.testing.assert_close(seen['global'].sum(-1), torch.ones(1, 2, 42))
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_gives_the_same_output_and_gradients():
     plain = randomize(build(drop_path_rate=0.))
     checkpointed = build(drop_path_rate=0., with_cp=True)

@@ -45,6 +45,7 @@ def as_matrix(tokens):
 
 
 @pytest.mark.parametrize('cfg, target, layout, size', BACKBONES, ids=IDS)
+@pytest.mark.slow
 def test_wrapped_backbone_keys_outputs_and_conditioning(cfg, target, layout, size):
     torch.manual_seed(0)
     init_default_scope('mmdet')
@@ -67,6 +68,7 @@ def test_wrapped_backbone_keys_outputs_and_conditioning(cfg, target, layout, siz
     assert any(not torch.allclose(a, b) for a, b in zip(expected, conditioned))
 
 
+@pytest.mark.slow
 def test_pretrained_weights_load_through_the_wrapped_init_cfg(tmp_path):
     cfg = BACKBONES[0][0]
     init_default_scope('mmdet')
@@ -138,6 +140,7 @@ def test_cond_tok_neck_conditions_each_level_before_fpn():
         MODELS.build(dict(type='CondTokNeck', neck=fpn, levels=(5, )))(inputs)
 
 
+@pytest.mark.slow
 def test_mmpretrain_classifier_from_our_config_trains_a_step():
     # the conditioned ViT-B classification config, shrunk to a tiny ViT, built by mmpretrain's registry
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS

@@ -25,6 +25,7 @@ def test_same_stride_levels_become_a_pyramid():
                                                                                    num_outs=2)))
 
 
+@pytest.mark.slow
 def test_xcit_condtok_mask_rcnn_trains_a_step_on_shapes(shapes_root, tmp_path):
     # the conditioned XCiT-S12 detector of configs/xcit, shrunk, on the demo's data and schedule
     xcit = Config.fromfile(XCIT_CONDTOK).model

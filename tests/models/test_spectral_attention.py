@@ -145,6 +145,7 @@ def test_whole_backbone_equals_the_plain_one_with_lambda_folded_into_its_weights
     assert not torch.allclose(backbone(x)[-1], plain(x)[-1])  # the shift is not nothing
 
 
+@pytest.mark.slow
 def test_lambda_zero_is_the_plain_backbone():
     backbone = build(SWIN, lam=0)
     randomize(backbone)
@@ -155,6 +156,7 @@ def test_lambda_zero_is_the_plain_backbone():
         assert torch.equal(got, want)
 
 
+@pytest.mark.slow
 def test_state_dict_is_the_raw_weights_and_a_plain_checkpoint_loads_unchanged(tmp_path):
     plain = build_plain(SWIN)
     randomize(plain)
@@ -175,6 +177,7 @@ def test_state_dict_is_the_raw_weights_and_a_plain_checkpoint_loads_unchanged(tm
     build(SWIN).load_state_dict(backbone.state_dict(), strict=True)
 
 
+@pytest.mark.slow
 def test_a_deep_copy_shifts_with_its_own_lambda():
     backbone = build(SWIN)
     twin = copy.deepcopy(backbone)  # e.g. an EMA model

@@ -148,6 +148,7 @@ def test_onnx_export_stops_at_the_conditioner_with_the_options():
         torch.onnx.export(backbone, (torch.randn(1, 3, 64, 64), ), io.BytesIO(), dynamo=False)
 
 
+@pytest.mark.slow
 def test_a_traced_conditioned_backbone_computes_what_the_module_does():
     # the deployment path the ONNX error points to
     backbone = MODELS.build(dict(type='CondSwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),

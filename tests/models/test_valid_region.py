@@ -52,6 +52,7 @@ def conditioner_outputs(detector, data):
     (DEMO_VIT, {}, 16),
     (DEMO_VIT, dict(scope='window'), 16),
 ], ids=['swin-image', 'swin-window', 'vit-image', 'vit-window'])
+@pytest.mark.slow
 def test_an_image_gets_the_same_correction_alone_and_beside_a_larger_image(config, conditioning, stride):
     detector = build_detector(config, **conditioning)
     # a 100 x 120 image (padded even alone, to the size divisor or the fixed LSJ-style size) and a wider one
