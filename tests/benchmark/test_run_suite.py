@@ -460,9 +460,16 @@ def alive(pid):
         return False
 
 
-# Long enough that the signal, sent after the first checkpoint, finds the cell still training on a loaded machine
-# (with 4 epochs of the small data the cell had finished under make test's two workers).
-EPOCHS_TO_INTERRUPT = 12
+def pending_signals(pid):
+    """The signals sent to process ``pid`` that it has not handled yet (the ShdPnd mask of /proc/PID/status)."""
+    with open(f'/proc/{pid}/status') as f:
+        mask, = [int(line.split()[1], 16) for line in f if line.startswith('ShdPnd:')]
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+# The cell is paused (SIGSTOP) from its first checkpoint until the runner's SIGINT has reached it, so that it cannot
+# finish first however loaded the machine is; the epochs after the first are the margin for the test's poll.
+EPOCHS_TO_INTERRUPT = 4
 
 
 @pytest.mark.slow
@@ -475,19 +482,31 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     process = subprocess.Popen([sys.executable, SCRIPT, path, '--out-dir', str(out_dir)], cwd=REPO_ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
+    children = []
     try:
         deadline = time.monotonic() + 300
-        while not (work_dir / 'epoch_1.pth').exists():
+        while not (work_dir / 'last_checkpoint').exists():  # written once epoch_1.pth is complete
             assert process.poll() is None and time.monotonic() < deadline, 'the cell ended before its first checkpoint'
             time.sleep(0.2)
-        time.sleep(1)  # the checkpoint file is complete once last_checkpoint names it
         children = descendants(process.pid)
         assert children, 'the runner has no training process'
+        for pid in children:
+            os.kill(pid, signal.SIGSTOP)
+        assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists(), 'the cell finished before the signal'
         process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while not all(signal.SIGINT in pending_signals(pid) for pid in children if alive(pid)):
+            assert time.monotonic() < deadline, 'the runner did not pass the SIGINT on to its training'
+            time.sleep(0.1)
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
         # bounded: the runner gives each child 10 s per signal; a loaded machine (two test workers) needs the margin
         _, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
+            for pid in children:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 130, stderr[-3000:]
@@ -499,7 +518,7 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     resumed = (work_dir / 'train.log').read_text().split('$ ')[-1]
     assert '--resume' in resumed.splitlines()[0] and 'resumed' in resumed.lower()
-    # mmengine pads the epoch to the width of max_epochs: 'Epoch(train)  [2][1/2]'
+    # mmengine pads the epoch to the width of max_epochs ('Epoch(train)  [2][1/2]' with 12)
     assert re.search(rf'Epoch\(train\) +\[{last + 1}\]', resumed)
     assert not re.search(rf'Epoch\(train\) +\[{last}\]', resumed)
     assert (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists()
