@@ -514,7 +514,7 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
         assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists(), 'the cell finished before the signal'
         process.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 60
-        while not all(signal.SIGINT in pending_signals(pid) for pid in children if alive(pid)):
+        while not all(alive(pid) and signal.SIGINT in pending_signals(pid) for pid in children):  # SIGINT first
             assert time.monotonic() < deadline, 'the runner did not pass the SIGINT on to its training: ' + \
                 '; '.join(f'{pid}: {process_status(pid)}' for pid in [process.pid, *children])
             time.sleep(0.1)
