@@ -1,8 +1,14 @@
 """Suite cells written as a suite run leaves them, for the tests of the suite runner's gathering
-(tools/benchmark/run_suite.py --gather-only) without training anything."""
+(tools/benchmark/run_suite.py --gather-only) without training anything, and the runner's command line run in the
+test's own process."""
+import contextlib
+import importlib.util
+import io
 import json
 import os
 import os.path as osp
+import subprocess
+import sys
 
 from condtok_mm.benchmark.fingerprint import fingerprint, write_fingerprint
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage
@@ -10,6 +16,7 @@ from condtok_mm.benchmark.results import cell_results
 from condtok_mm.benchmark.schema import load_suite, phase_of
 from conftest import REPO_ROOT
 
+SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 KAPPA_KEYS = ('kappa/tokens_out_mean/stage0', 'kappa/attn_input_mean/stage0')
 
 
@@ -46,3 +53,35 @@ def record_fingerprints(suite_path, out_dir, cfg_options=()):
                     write_fingerprint(cell, fingerprint(cell))
                 cell.results = cell_results(cell, suite.escape)
             cells += new
+
+
+def load_runner():
+    """tools/benchmark/run_suite.py (a script, not a module of the package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location('run_suite', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_suite = load_runner()
+
+
+def run_runner(*args):
+    """``python tools/benchmark/run_suite.py ARGS`` run in this process: its exit status, stdout and stderr as
+    subprocess.run returns them, the exit handled as the interpreter does (``sys.exit(MESSAGE)`` prints MESSAGE
+    to stderr and exits with 1; any other exception fails the test with its traceback). The runner's own
+    process would spend ~10 s importing condtok_mm and mmdet.models, which this one has; the cells' training
+    and test commands still run as processes of their own."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            run_suite.main(list(args))
+            returncode = 0
+        except SystemExit as exit:
+            if exit.code is None or isinstance(exit.code, int):
+                returncode = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+                returncode = 1
+    return subprocess.CompletedProcess([sys.executable, SCRIPT, *args], returncode, stdout.getvalue(),
+                                       stderr.getvalue())

@@ -1,7 +1,6 @@
 """tools/benchmark/run_suite.py: suite files, the commands of each launcher, the gathered statistics, and
 end-to-end runs (local, SLURM through the stand-in srun, resume into another suite's out dir, SIGINT and
 resume of an interrupted cell)."""
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -23,9 +22,8 @@ from condtok_mm.benchmark.plan import STAGES, cells_of_stage
 from condtok_mm.benchmark.results import cell_results
 from condtok_mm.benchmark.schema import SuiteError, load_suite, phase_of
 from conftest import REPO_ROOT, data_options, free_port
-from suite_runs import record_fingerprints, write_cell
+from suite_runs import SCRIPT, record_fingerprints, run_runner, run_suite, write_cell
 
-SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')
 BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
 CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
@@ -33,16 +31,6 @@ QUICK = {'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers
          'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
          'test_dataloader.num_workers': 0, 'test_dataloader.persistent_workers': False,
          'default_hooks.logger.interval': 1, 'custom_hooks.0.interval': 2}
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location('run_suite', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_suite = load_script()  # the command line: parse_args and main
 
 
 def suite_cells(suite, phase, args, cells=()):
@@ -64,11 +52,6 @@ def suite_options(shapes_root, epochs):
     options = dict(option.split('=', 1) for option in data_options(shapes_root, epochs)
                    if not option.startswith('randomness.seed'))
     return {**options, **QUICK, 'param_scheduler.1.milestones': [epochs + 1], 'param_scheduler.0.end': 2}
-
-
-def run_script(*args, env=None):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=REPO_ROOT,
-                          timeout=900, env=env)
 
 
 # ---------------------------------------------------------------- suite files and commands (fast)
@@ -213,7 +196,7 @@ def test_a_variant_may_name_an_installed_packages_config(config, package, checkp
     assert cell.checkpoint == str(tmp_path / 'out' / 'baseline' / 'lr0.0001' / 'seed0' / checkpoint)
     train, test, _ = commands(cell, args, 0, REPO_ROOT)
     assert train[2] == test[2] == installed
-    dry = run_script(path, '--out-dir', str(tmp_path / 'out'), '--dry-run')
+    dry = run_runner(path, '--out-dir', str(tmp_path / 'out'), '--dry-run')
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert f'tools/train.py {installed} --work-dir' in dry.stdout
 
@@ -335,7 +318,7 @@ def finished_run(small_shapes, tmp_path_factory):
     tests below; a test that changes the out dir works on a copy (:func:`copy_of_run`)."""
     root = tmp_path_factory.mktemp('finished_run')
     path = two_variants(root / 's.py', small_shapes)
-    return path, root / 'out', run_script(path, '--out-dir', str(root / 'out'), '--jobs', '2')
+    return path, root / 'out', run_runner(path, '--out-dir', str(root / 'out'), '--jobs', '2')
 
 
 def copy_of_run(finished_run, tmp_path):
@@ -392,10 +375,10 @@ def test_the_same_suite_is_refused_without_resume_and_resumed_reuses_every_cell(
     path, _, _ = finished_run
     out_dir = copy_of_run(finished_run, tmp_path)
     summary = json.loads((out_dir / 'suite.json').read_text())
-    refused = run_script(path, '--out-dir', str(out_dir))
+    refused = run_runner(path, '--out-dir', str(out_dir))
     assert refused.returncode != 0 and 'use --resume to continue them' in refused.stderr
     mtimes = checkpoint_times(out_dir)
-    rerun = run_script(path, '--out-dir', str(out_dir), '--resume')
+    rerun = run_runner(path, '--out-dir', str(out_dir), '--resume')
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     again = json.loads((out_dir / 'suite.json').read_text())
     assert [c['status'] for c in again['cells_detail']] == ['reused'] * 4
@@ -412,7 +395,7 @@ def test_another_suite_resumed_into_the_out_dir_stops_naming_the_cells_that_diff
     other = write_suite(tmp_path / 'b.py', dict(baseline=dict(config=CONDITIONED), scaled=dict(
         config=CONDITIONED, cfg_options={'model.backbone.conditioning.control': 'scale_matched'})), seeds=(0, 1),
         lrs=(1e-3, ), cfg_options=end_to_end_options(small_shapes, tmp_path))
-    result = run_script(other, '--out-dir', str(out_dir), '--resume')
+    result = run_runner(other, '--out-dir', str(out_dir), '--resume')
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     for seed in (0, 1):
         assert f'cell baseline lr 0.001 seed {seed} ({out_dir}/baseline/lr0.001/seed{seed}) is not the cell this ' \
@@ -429,7 +412,7 @@ def test_a_variant_whose_options_changed_stops_and_rerun_changed_runs_it_again(f
     out_dir = copy_of_run(finished_run, tmp_path)
     changed = two_variants(tmp_path / 's.py', small_shapes, seeds=(0, ), control='norm_matched')
     mtimes = checkpoint_times(out_dir)
-    result = run_script(changed, '--out-dir', str(out_dir), '--resume')
+    result = run_runner(changed, '--out-dir', str(out_dir), '--resume')
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert 'error: 1 cell(s) under' in result.stderr
     assert f'cell scaled lr 0.001 seed 0 ({out_dir}/scaled/lr0.001/seed0) is not the cell' in result.stderr
@@ -437,7 +420,7 @@ def test_a_variant_whose_options_changed_stops_and_rerun_changed_runs_it_again(f
     assert ('options: -model.backbone.conditioning.control=scale_matched, '
             '+model.backbone.conditioning.control=norm_matched') in result.stderr
     assert checkpoint_times(out_dir) == mtimes
-    rerun = run_script(changed, '--out-dir', str(out_dir), '--resume', '--rerun-changed')
+    rerun = run_runner(changed, '--out-dir', str(out_dir), '--resume', '--rerun-changed')
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     work_dir = out_dir / 'scaled' / 'lr0.001' / 'seed0'
     assert f'scaled lr 0.001 seed 0 changed: set aside to {work_dir}.changed-1; it runs again' in rerun.stdout
@@ -477,9 +460,34 @@ def alive(pid):
         return False
 
 
-# Long enough that the signal, sent after the first checkpoint, finds the cell still training on a loaded machine
-# (with 4 epochs of the small data the cell had finished under make test's two workers).
-EPOCHS_TO_INTERRUPT = 12
+def pending_signals(pid):
+    """The signals sent to process ``pid`` that it has not handled yet (the ShdPnd mask of /proc/PID/status)."""
+    with open(f'/proc/{pid}/status') as f:
+        mask, = [int(line.split()[1], 16) for line in f if line.startswith('ShdPnd:')]
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def process_status(pid):
+    """The state and signal masks of process ``pid`` (what a failed wait for a signal shows)."""
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            return ' '.join(line.strip() for line in f if line.startswith(('State', 'SigPnd', 'ShdPnd', 'SigIgn',
+                                                                              'SigBlk', 'SigCgt', 'Threads')))
+    except OSError as error:
+        return str(error)
+
+
+# The runner's script run with SIGINT handled (KeyboardInterrupt), as a shell's foreground command has it: a process
+# started from the test process under the whole file inherited SIGINT and SIGQUIT ignored (SigIgn 0x1001006 in
+# /proc/PID/status, the runner's and its cell's; from where is not known), and a runner that ignores SIGINT never
+# stops its cell (with 12 epochs the cell then finished and the runner exited with 0 instead of 130).
+HANDLING_SIGINT = ('import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); '
+                   "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+# The cell is paused (SIGSTOP) from its first checkpoint until the runner's SIGINT has reached it, so that it cannot
+# finish first however loaded the machine is; the epochs after the first are the margin for the test's poll.
+EPOCHS_TO_INTERRUPT = 4
 
 
 @pytest.mark.slow
@@ -489,22 +497,36 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     out_dir = tmp_path / 'out'
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
                        cfg_options=suite_options(small_shapes, EPOCHS_TO_INTERRUPT))
-    process = subprocess.Popen([sys.executable, SCRIPT, path, '--out-dir', str(out_dir)], cwd=REPO_ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([sys.executable, '-c', HANDLING_SIGINT, SCRIPT, path, '--out-dir', str(out_dir)],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
+    children = []
     try:
         deadline = time.monotonic() + 300
-        while not (work_dir / 'epoch_1.pth').exists():
+        while not (work_dir / 'last_checkpoint').exists():  # written once epoch_1.pth is complete
             assert process.poll() is None and time.monotonic() < deadline, 'the cell ended before its first checkpoint'
             time.sleep(0.2)
-        time.sleep(1)  # the checkpoint file is complete once last_checkpoint names it
         children = descendants(process.pid)
         assert children, 'the runner has no training process'
+        for pid in children:
+            os.kill(pid, signal.SIGSTOP)
+        assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists(), 'the cell finished before the signal'
         process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while not all(alive(pid) and signal.SIGINT in pending_signals(pid) for pid in children):  # SIGINT first
+            assert time.monotonic() < deadline, 'the runner did not pass the SIGINT on to its training: ' + \
+                '; '.join(f'{pid}: {process_status(pid)}' for pid in [process.pid, *children])
+            time.sleep(0.1)
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
         # bounded: the runner gives each child 10 s per signal; a loaded machine (two test workers) needs the margin
         _, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
+            for pid in children:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 130, stderr[-3000:]
@@ -512,11 +534,11 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     assert not [pid for pid in children if alive(pid)], 'a child of the runner outlived it'
     assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists() and not (work_dir / 'test').exists()  # stopped
     last = int(re.search(r'epoch_(\d+)\.pth', (work_dir / 'last_checkpoint').read_text()).group(1))
-    result = run_script(path, '--out-dir', str(out_dir), '--resume')
+    result = run_runner(path, '--out-dir', str(out_dir), '--resume')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     resumed = (work_dir / 'train.log').read_text().split('$ ')[-1]
     assert '--resume' in resumed.splitlines()[0] and 'resumed' in resumed.lower()
-    # mmengine pads the epoch to the width of max_epochs: 'Epoch(train)  [2][1/2]'
+    # mmengine pads the epoch to the width of max_epochs ('Epoch(train)  [2][1/2]' with 12)
     assert re.search(rf'Epoch\(train\) +\[{last + 1}\]', resumed)
     assert not re.search(rf'Epoch\(train\) +\[{last}\]', resumed)
     assert (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists()
@@ -525,13 +547,14 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
 
 
 @pytest.mark.slow
-def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(small_shapes, tmp_path):
+def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(small_shapes, tmp_path, monkeypatch):
     out_dir = tmp_path / 'out'
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
                        cfg_options={**suite_options(small_shapes, 1), 'env_cfg.dist_cfg.backend': 'gloo'})
-    env = dict(os.environ, PATH=f'{FAKE_SLURM}:{os.environ["PATH"]}', FAKE_SRUN_ARGS=str(tmp_path / 'srun.json'),
-               GRES='', CPUS_PER_TASK='1', MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES='')
-    result = run_script(path, '--out-dir', str(out_dir), '--launcher', 'slurm', '--partition', 'cpu', env=env)
+    for key, value in dict(PATH=f'{FAKE_SLURM}:{os.environ["PATH"]}', FAKE_SRUN_ARGS=str(tmp_path / 'srun.json'),
+                           GRES='', CPUS_PER_TASK='1', MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES='').items():
+        monkeypatch.setenv(key, value)  # the environment of the runner's commands
+    result = run_runner(path, '--out-dir', str(out_dir), '--launcher', 'slurm', '--partition', 'cpu')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
     assert 'Distributed launcher: slurm' in (work_dir / 'train.log').read_text()
@@ -554,7 +577,7 @@ def test_the_shipped_dose_suite_runs_end_to_end_at_one_epoch(finished_run, small
     out_dir.mkdir()
     os.symlink(finished_run[1] / 'baseline', out_dir / 'baseline')
     path = dose_suite(tmp_path / 'dose.py', small_shapes)
-    result = run_script(path, '--out-dir', str(out_dir), '--jobs', '2', '--resume')
+    result = run_runner(path, '--out-dir', str(out_dir), '--jobs', '2', '--resume')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert 'phase 1' in result.stderr  # the doses wait for their methods' best rate
     shipped = Config.fromfile(osp.join(REPO_ROOT, 'configs', 'suites', 'demo_dose_swin.py')).variants

@@ -1,15 +1,10 @@
 """condtok_mm/benchmark/fingerprint.py: a suite uses a cell of its out dir only when the cell records the
 fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.py has the runner's own cells)."""
 import json
-import os.path as osp
-import subprocess
-import sys
 
 from condtok_mm.benchmark.fingerprint import differences
-from conftest import REPO_ROOT
-from suite_runs import record_fingerprints, write_cell
+from suite_runs import record_fingerprints, run_runner, write_cell
 
-SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
 CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
@@ -34,8 +29,7 @@ def written_suite(tmp_path, fingerprints=True):
 
 
 def gather(path, out_dir, *extra):
-    return subprocess.run([sys.executable, SCRIPT, path, '--out-dir', str(out_dir), '--gather-only', *extra],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    return run_runner(path, '--out-dir', str(out_dir), '--gather-only', *extra)
 
 
 def test_the_suite_that_ran_gathers_its_own_cells(tmp_path):

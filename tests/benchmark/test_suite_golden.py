@@ -9,13 +9,9 @@ import json
 import os
 import os.path as osp
 import re
-import subprocess
-import sys
 
-from conftest import REPO_ROOT
-from suite_runs import record_fingerprints, write_cell
+from suite_runs import record_fingerprints, run_runner, write_cell
 
-SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 GOLDEN = osp.join(osp.dirname(osp.abspath(__file__)), 'golden')
 BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
 CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
@@ -63,8 +59,7 @@ def test_gathered_table_and_json_are_those_pinned(tmp_path):
         f"                window=dict(config={CONDITIONED!r}, lrs=dict(best_of='cond'),\n"
         "                            cfg_options={'model.backbone.conditioning.scope': 'window'}))\n")
     record_fingerprints(suite, out_dir)
-    result = subprocess.run([sys.executable, SCRIPT, str(suite), '--out-dir', str(out_dir), '--gather-only'],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    result = run_runner(str(suite), '--out-dir', str(out_dir), '--gather-only')
     # the untested cell is reported missing, and the runner says so in its exit status
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert 'error: 1 of 15 cells did not finish: window lr 0.002 seed 2 (missing' in result.stderr

@@ -4,9 +4,6 @@ seeds and reported on the others, per-arm references, and plateau escape on writ
 import itertools
 import json
 import math
-import os.path as osp
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +13,8 @@ from condtok_mm.benchmark.results import escape_iteration
 from condtok_mm.benchmark.schema import EscapeRule, SuiteError, load_suite
 from condtok_mm.benchmark.statistics import holm, paired_difference, sign_flip_p
 from conftest import REPO_ROOT
-from suite_runs import record_fingerprints, write_cell
+from suite_runs import record_fingerprints, run_runner, write_cell
 
-SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
 CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 
@@ -120,8 +116,7 @@ def selection_suite(tmp_path, family=("'B'", "'D'")):
         f"    M_base=dict(config={BASELINE!r}, reference=None, cfg_options={{'model.backbone.drop_path_rate': 0.2}}),\n"
         f"    M_cond=dict(config={CONDITIONED!r}, reference='M_base'))\n")
     record_fingerprints(path, out_dir)
-    result = subprocess.run([sys.executable, SCRIPT, str(path), '--out-dir', str(out_dir), '--gather-only'],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    result = run_runner(str(path), '--out-dir', str(out_dir), '--gather-only')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads((out_dir / 'suite.json').read_text()), (out_dir / 'suite.md').read_text()
 
@@ -225,8 +220,7 @@ def test_escape_counts_and_iterations_in_the_gathered_rows(tmp_path):
                     f"cfg_options = {{'train_cfg.max_epochs': 1, 'param_scheduler.0.end': 50}}\n"
                     f"variants = dict(A=dict(config={BASELINE!r}))\n")
     record_fingerprints(path, out_dir)
-    result = subprocess.run([sys.executable, SCRIPT, str(path), '--out-dir', str(out_dir), '--gather-only'],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    result = run_runner(str(path), '--out-dir', str(out_dir), '--gather-only')
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     row, = json.loads((out_dir / 'suite.json').read_text())['rows']
     iters = [10 * (i + 1) for i in range(20)]
