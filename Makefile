@@ -56,7 +56,8 @@ TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
-# One process: its tests are short and in-process, and two workers took longer here (3 min 39 s against 2 min 46 s).
+# One process: its tests are short and in-process (the ones over about a second on 2 cores are marked slow), so a
+# second worker would spend more starting up (imports, ~10 s) than it saves.
 test-quick: install
 	$(PY) -m pytest -m "not slow" tests
 
