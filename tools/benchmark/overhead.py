@@ -14,8 +14,9 @@ A training step is mmengine's ``model.train_step`` (data preprocessing, forward,
 inference is ``model.test_step``. After a warm-up, baseline and conditioned steps alternate (ABBA order, so
 drift hits both alike) for --repeats rounds; the tables give medians and their ratio. On a GPU the steps
 are timed with CUDA events and peak memory is ``torch.cuda.max_memory_allocated``; on a CPU, wall clock
-and the peak resident set size of a fresh process per variant that builds the model and runs one training
-step and one inference (the RSS includes the process's libraries and weights, the same for both).
+and the peak resident set size of a fresh process per variant (forked from a server holding only the
+imports) that builds the model and runs one training step and one inference (the RSS includes the process's
+libraries and weights, the same for both).
 
 It also times the conditioner alone on the token matrices it receives in that step (with the padding-aware
 valid region the config's ValidRegionDetDataPreprocessor records: at 800x1333 each image's 200 x 334 valid
@@ -252,8 +253,15 @@ def peak_memory_child(config, size, batch, device, queue):
                    peaks=dict(process=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
 
 
+# Each peak is measured in a process of its own, forked from a server that has imported the stack once (a spawned
+# process would import it again each time, ~8 s on 2 cores): the server holds nothing but those imports, which a
+# spawned process makes too, so the peak is the same.
+FORKSERVER_PRELOAD = ['torch', 'mmdet.models', 'condtok_mm']
+
+
 def peak_memory(config, size, batch, device):
-    context = multiprocessing.get_context('spawn')
+    context = multiprocessing.get_context('forkserver')
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)
     queue = context.Queue()
     process = context.Process(target=peak_memory_child, args=(config, size, batch, device, queue))
     process.start()
