@@ -61,6 +61,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_cuda)
 
 
+# The first-stage token matrices of Swin-T (3136 x 96) and ViT-B (196 x 768): seconds each on 2 cores, so a test
+# parametrized over them runs them in `make test` and its smaller shapes in `make test-quick`.
+STAGE_SHAPES = [pytest.param((3136, 96), marks=pytest.mark.slow), pytest.param((196, 768), marks=pytest.mark.slow)]
+
+
 def random_tokens(batch, n, d, kappa, dtype=torch.float32, seed=0):
     """(B, N, d) matrices with singular values log-spaced from 3 down to 3 / kappa."""
     gen = torch.Generator().manual_seed(seed)

@@ -5,11 +5,8 @@ import torch
 from condtok_mm.conditioning import BOUNDING_MODES, condition_number, condition_tokens, token_correction
 from condtok_mm.conditioning.completion import _bands
 from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
-from conftest import random_tokens
+from conftest import STAGE_SHAPES, random_tokens
 
-# The stage sizes of Swin-T (3136 x 96) and ViT-B (196 x 768) take seconds each on 2 cores: `make test` runs them,
-# `make test-quick` the smaller shapes of the same tests.
-STAGE_SHAPES = [pytest.param((3136, 96), marks=pytest.mark.slow), pytest.param((196, 768), marks=pytest.mark.slow)]
 SHAPES = STAGE_SHAPES + [(64, 512), (96, 96), (5, 3)]
 KAPPAS = [1e1, 1e3, 1e6]
 BOUND_TOL = 1e-3

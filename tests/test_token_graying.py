@@ -6,7 +6,7 @@ import torch
 from condtok_mm.conditioning import (RANK_RTOL, condition_number, condition_tokens, condition_valid_regions,
                                      token_correction)
 from condtok_mm.registry import MODELS
-from conftest import random_tokens, window_matrices
+from conftest import STAGE_SHAPES, random_tokens, window_matrices
 
 METHODS = ('batched', 'gram', 'svd')
 
@@ -32,9 +32,7 @@ def assert_matches_reference(got, x, epsilon, alpha=1.0, rtol=1e-9):
 
 @pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('epsilon', [0.3, 0.95, 1.0])
-# the stage sizes of Swin-T and ViT-B take seconds each on 2 cores: `make test` runs them, `make test-quick` the rest
-@pytest.mark.parametrize('shape', [pytest.param((3136, 96), marks=pytest.mark.slow),
-                                   pytest.param((196, 768), marks=pytest.mark.slow), (64, 512), (5, 3)])
+@pytest.mark.parametrize('shape', STAGE_SHAPES + [(64, 512), (5, 3)])
 def test_graying_matches_numpy_svd_reference(method, epsilon, shape):
     x = random_tokens(2, *shape, 1e3, dtype=torch.float64)
     got = condition_tokens(x, mode='graying', epsilon=epsilon, method=method)

@@ -477,10 +477,10 @@ def process_status(pid):
         return str(error)
 
 
-# The runner's script run with SIGINT handled (KeyboardInterrupt), as a shell's foreground command has it: a process
-# started from the test process under the whole file inherited SIGINT and SIGQUIT ignored (SigIgn 0x1001006 in
-# /proc/PID/status, the runner's and its cell's; from where is not known), and a runner that ignores SIGINT never
-# stops its cell (with 12 epochs the cell then finished and the runner exited with 0 instead of 130).
+# The runner's script run with SIGINT handled (KeyboardInterrupt), as a shell's foreground command has it: a command
+# that a non-interactive shell starts in the background (`cmd &`, as CI scripts and job runners do) has SIGINT and
+# SIGQUIT ignored (POSIX), the test process and every process it starts inherit that (SigIgn 0x1001006 in
+# /proc/PID/status), and a runner that ignores SIGINT never stops its cell.
 HANDLING_SIGINT = ('import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); '
                    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 

@@ -62,7 +62,8 @@ PATCHED_BY_THE_FIXES = [
     "CheckpointLoader._schemes['https://']", "CheckpointLoader._schemes['open-mmlab://']",
     "CheckpointLoader._schemes['openmmlab://']", "CheckpointLoader._schemes['pavi://']",
     'mmengine._strategy.colossalai.save_checkpoint', 'mmengine._strategy.deepspeed.save_checkpoint',
-    'mmengine.config.config.FormatCode', 'mmengine.dist.utils._init_dist_pytorch', 'mmengine.dist.utils._init_dist_slurm',
+    'mmengine.config.config.FormatCode', 'mmengine.dist.utils._init_dist_pytorch',
+    'mmengine.dist.utils._init_dist_slurm',
     'mmengine.hooks.checkpoint_hook.CheckpointHook._save_checkpoint_with_step',
     'mmengine.runner.checkpoint.CheckpointLoader._schemes',  # register_scheme sorts the schemes into a new dict
     'mmengine.runner.checkpoint.load_from_http',  # called by name by the torchvision:// and mmcls:// loaders
