@@ -119,6 +119,52 @@ def shapes_root(tmp_path_factory):
     return str(made_once(tmp_path_factory, 'shapes', make))
 
 
+@pytest.fixture(scope='session')
+def small_shapes(tmp_path_factory):
+    """The suite runner's end-to-end cells' dataset, smaller than :func:`shapes_root`: 8 training images (2
+    iterations an epoch at 4 a batch) and 4 validation images, 64 x 64; most of a cell's time is starting its two
+    processes."""
+    from condtok_mm.datasets import make_shapes_dataset
+
+    def make(folder):
+        make_shapes_dataset(str(folder), num_train=8, num_val=4, image_size=(64, 64), seed=3)
+
+    return str(made_once(tmp_path_factory, 'small_shapes', make))
+
+
+def load_script(*path):
+    """The script tools/PATH... (tools/ is not a package) loaded as a module named after its file."""
+    import importlib.util
+    script = osp.join(REPO_ROOT, 'tools', *path)
+    spec = importlib.util.spec_from_file_location(osp.splitext(osp.basename(script))[0], script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_main(main, script, *args):
+    """``main(list(args))``, the entry point of ``script``, run in this process as ``python SCRIPT ARGS`` would
+    run it: its exit status, stdout and stderr as subprocess.run returns them, the exit handled as the interpreter
+    does (``sys.exit(MESSAGE)`` prints MESSAGE to stderr and exits with 1; any other exception fails the test with
+    its traceback). A process of its own would spend ~7 s importing torch, mmdet and condtok_mm, which this one
+    has."""
+    import contextlib
+    import io
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(list(args))
+            returncode = 0
+        except SystemExit as exit:
+            if exit.code is None or isinstance(exit.code, int):
+                returncode = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+                returncode = 1
+    return subprocess.CompletedProcess([sys.executable, script, *args], returncode, stdout.getvalue(),
+                                       stderr.getvalue())
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that no one listens on now (the OS picks it), so that parallel runs differ."""
     with socket.socket() as sock:

@@ -2,22 +2,19 @@
 validation set starts with the smaller one's images (configs/suites/_base_/demo_12e_val200.py relies on it)."""
 import json
 import os.path as osp
-import subprocess
-import sys
 
-import pytest
-
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script, run_main
 
 TOOL = osp.join(REPO_ROOT, 'tools', 'dataset', 'make_shapes.py')
+make_shapes = load_script('dataset', 'make_shapes.py')
 
 
 def make(out_dir, num_val):
-    return subprocess.run([sys.executable, TOOL, '--out-dir', str(out_dir), '--num-train', '2', '--num-val',
-                           str(num_val), '--size', '48', '48'], capture_output=True, text=True, timeout=300)
+    """``python tools/dataset/make_shapes.py`` run in this process (:func:`conftest.run_main`)."""
+    return run_main(make_shapes.main, TOOL, '--out-dir', str(out_dir), '--num-train', '2', '--num-val', str(num_val),
+                    '--size', '48', '48')
 
 
-@pytest.mark.slow
 def test_other_counts_into_an_existing_dataset_are_refused_and_the_same_are_kept(tmp_path):
     assert make(tmp_path / 'small', 2).returncode == 0
     again = make(tmp_path / 'small', 2)
@@ -27,7 +24,6 @@ def test_other_counts_into_an_existing_dataset_are_refused_and_the_same_are_kept
     assert 'has 2 train and 2 val images, not the 2 and 3 asked for; give another --out-dir' in refused.stderr
 
 
-@pytest.mark.slow
 def test_a_larger_validation_set_begins_with_the_smaller_ones_images(tmp_path):
     assert make(tmp_path / 'small', 2).returncode == 0 and make(tmp_path / 'large', 3).returncode == 0
     small, large = (json.load(open(tmp_path / name / 'annotations' / 'instances_val.json')) for name in ('small', 'large'))

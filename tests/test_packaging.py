@@ -1,6 +1,5 @@
 import ast
 import glob
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -12,7 +11,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO_ROOT, build_wheel
+from conftest import REPO_ROOT, build_wheel, load_script
 
 
 @pytest.mark.slow
@@ -74,15 +73,7 @@ def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_pat
     assert to_install == ['condtok-mm'], report['install']
 
 
-def load_mmcv_build():
-    """tools/mmcv_build.py as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location('mmcv_build', osp.join(REPO_ROOT, 'tools', 'mmcv_build.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mmcv_build = load_mmcv_build()
+mmcv_build = load_script('mmcv_build.py')
 H200 = dict(capabilities=[(9, 0)], device_names=['NVIDIA H200'])
 TOOLKIT = dict(cuda_home='/opt/cuda-13.0', nvcc_release='13.0', cuda_headers=True)
 

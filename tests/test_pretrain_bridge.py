@@ -1,7 +1,6 @@
 """Protocol P2's bridge from mmpretrain to mmdet: the checkpoint of an mmpretrain classifier (conditioned or not)
 loads as the backbone of our detection configs through their own init_cfg and mmengine's checkpoint loading,
 every weight of it (no backbone key missing, none left over, values equal)."""
-import importlib.util
 import os.path as osp
 
 import pytest
@@ -12,7 +11,7 @@ from mmengine.runner.checkpoint import save_checkpoint
 
 import condtok_mm  # noqa: F401
 import condtok_mm.compat
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
 DEMO = osp.join(REPO_ROOT, 'configs', 'demo')
 # (classification config, detection config it is the pretraining of)
@@ -134,11 +133,7 @@ def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_ba
 
 
 def converter():
-    spec = importlib.util.spec_from_file_location(
-        'mmpretrain_vit2vitdet', osp.join(REPO_ROOT, 'tools', 'model_converters', 'mmpretrain_vit2vitdet.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script('model_converters', 'mmpretrain_vit2vitdet.py')
 
 
 def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detectors_backbone(tmp_path):

@@ -10,7 +10,7 @@
 # Other checkpoints: CONDTOK_PRETRAINED=PATH (unconditioned) and CONDTOK_PRETRAINED_CONDITIONED=PATH in the
 # environment of run_suite.py (mmengine's {{$VAR:default}} substitution); suite.json records the paths used.
 # Every arm fine-tunes from a loaded backbone, so with the same seed every arm starts from the same neck and head
-# weights (tests/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
+# weights (tests/benchmark/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
 # initialisation first, so its heads differ from the other arms'.
 description = ('Demo Swin Mask R-CNN, 12 epochs, fine-tuned from a mini-Swin pretrained on shapes classification: '
                'P0 unconditioned pretraining and fine-tuning, P1 drop-in conditioning, P1-ramp (strength 0 -> 1 '

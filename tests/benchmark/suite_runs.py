@@ -1,23 +1,41 @@
-"""Suite cells written as a suite run leaves them, for the tests of the suite runner's gathering
-(tools/benchmark/run_suite.py --gather-only) without training anything, and the runner's command line run in the
-test's own process."""
-import contextlib
-import importlib.util
-import io
+"""For the suite runner's tests: suite files and the options of their end-to-end cells, suite cells written as a
+suite run leaves them (for the tests of the runner's gathering, tools/benchmark/run_suite.py --gather-only,
+without training anything), and the runner's command line run in the test's own process."""
 import json
 import os
 import os.path as osp
-import subprocess
-import sys
 
 from condtok_mm.benchmark.fingerprint import fingerprint, write_fingerprint
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage
 from condtok_mm.benchmark.results import cell_results
 from condtok_mm.benchmark.schema import load_suite, phase_of
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, data_options, load_script, run_main
 
 SCRIPT = osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py')
 KAPPA_KEYS = ('kappa/tokens_out_mean/stage0', 'kappa/attn_input_mean/stage0')
+FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')
+BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
+CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
+# the end-to-end cells: data loaded in the training process (no loader processes to start), a log line at every
+# iteration, a kappa record at every second
+QUICK = {'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
+         'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
+         'test_dataloader.num_workers': 0, 'test_dataloader.persistent_workers': False,
+         'default_hooks.logger.interval': 1, 'custom_hooks.0.interval': 2}
+
+
+def write_suite(path, variants, seeds=(0, 1), lrs=(1e-3, 2e-3), cfg_options=None, reference='baseline'):
+    """A suite file at ``path`` (a pathlib.Path) with these variants, seeds, rates, options and reference."""
+    path.write_text(f'reference = {reference!r}\nseeds = {list(seeds)!r}\nlrs = {list(lrs)!r}\n'
+                    f'cfg_options = {cfg_options or {}!r}\nvariants = {variants!r}\n')
+    return str(path)
+
+
+def suite_options(shapes_root, epochs):
+    """The test cells' data and schedule, as a suite's cfg_options (the demo's 12-epoch decays dropped)."""
+    options = dict(option.split('=', 1) for option in data_options(shapes_root, epochs)
+                   if not option.startswith('randomness.seed'))
+    return {**options, **QUICK, 'param_scheduler.1.milestones': [epochs + 1], 'param_scheduler.0.end': 2}
 
 
 def write_cell(out_dir, variant, lr, seed, bbox, segm, losses, kappa=None, every=10):
@@ -55,33 +73,10 @@ def record_fingerprints(suite_path, out_dir, cfg_options=()):
             cells += new
 
 
-def load_runner():
-    """tools/benchmark/run_suite.py (a script, not a module of the package) loaded as a module."""
-    spec = importlib.util.spec_from_file_location('run_suite', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_suite = load_runner()
+run_suite = load_script('benchmark', 'run_suite.py')
 
 
 def run_runner(*args):
-    """``python tools/benchmark/run_suite.py ARGS`` run in this process: its exit status, stdout and stderr as
-    subprocess.run returns them, the exit handled as the interpreter does (``sys.exit(MESSAGE)`` prints MESSAGE
-    to stderr and exits with 1; any other exception fails the test with its traceback). The runner's own
-    process would spend ~10 s importing condtok_mm and mmdet.models, which this one has; the cells' training
-    and test commands still run as processes of their own."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            run_suite.main(list(args))
-            returncode = 0
-        except SystemExit as exit:
-            if exit.code is None or isinstance(exit.code, int):
-                returncode = exit.code or 0
-            else:
-                print(exit.code, file=sys.stderr)
-                returncode = 1
-    return subprocess.CompletedProcess([sys.executable, SCRIPT, *args], returncode, stdout.getvalue(),
-                                       stderr.getvalue())
+    """``python tools/benchmark/run_suite.py ARGS`` run in this process (:func:`conftest.run_main`); the cells'
+    training and test commands still run as processes of their own."""
+    return run_main(run_suite.main, SCRIPT, *args)

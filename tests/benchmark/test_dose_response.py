@@ -1,25 +1,18 @@
 """tools/analysis/dose_response.py: each method's curve from a written suite run, checked against numpy/scipy."""
-import importlib.util
 import json
-import os.path as osp
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import REPO_ROOT
+from conftest import load_script
+from suite_runs import BASELINE, CONDITIONED
 
-BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 KNOB = 'condtok=model.backbone.conditioning.target_kappa'
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location('dose_response',
-                                                  osp.join(REPO_ROOT, 'tools', 'analysis', 'dose_response.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script('analysis', 'dose_response.py')
 
 
 dose_response = load_tool()

@@ -1,4 +1,3 @@
-import importlib.util
 import json
 import os.path as osp
 import statistics
@@ -13,7 +12,7 @@ from mmengine.registry import init_default_scope
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, load_script
 
 
 @pytest.mark.slow
@@ -102,11 +101,7 @@ def test_overhead_benchmark_times_the_twins_and_the_methods_and_checks_the_condi
 
 
 def load_op_counts():
-    spec = importlib.util.spec_from_file_location('op_counts', osp.join(REPO_ROOT, 'tools', 'benchmark',
-                                                                        'op_counts.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script('benchmark', 'op_counts.py')
 
 
 op_counts = load_op_counts()

@@ -2,7 +2,6 @@
 runner generates train what each protocol says, the protocol configs differ from P1 only in their protocol's keys,
 and every fine-tuned arm starts from the same neck and head weights for a seed."""
 import argparse
-import importlib.util
 import os.path as osp
 
 import pytest
@@ -15,6 +14,7 @@ from condtok_mm.benchmark.launch import commands
 from condtok_mm.benchmark.plan import final_checkpoint, make_cell, resolved_config
 from condtok_mm.benchmark.schema import load_suite
 from conftest import REPO_ROOT
+from suite_runs import run_suite
 from test_pretrain_bridge import build, pretrained_classifier
 
 DEMO_SUITE = 'configs/suites/demo_protocols_swin.py'
@@ -41,18 +41,11 @@ PROTOCOL_VARIANTS = {
 }
 
 
-def run_suite():
-    spec = importlib.util.spec_from_file_location('run_suite', osp.join(REPO_ROOT, 'tools', 'benchmark', 'run_suite.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def generated(suite_path, tmp_path):
     """{variant: (train command, the cell's config as its train command resolves it)} of the first reported seed at the variant's
     first learning rate, from the suite runner's own functions (what --dry-run prints)."""
     suite = load_suite(osp.join(REPO_ROOT, suite_path), REPO_ROOT)
-    args = run_suite().parse_args([suite_path, '--out-dir', str(tmp_path)])
+    args = run_suite.parse_args([suite_path, '--out-dir', str(tmp_path)])
     cells = {}
     for name, variant in suite.variants.items():
         lrs = variant.lrs or suite.lrs

@@ -4,8 +4,8 @@ from mmengine.config import Config
 
 from condtok_mm.benchmark import plan
 from conftest import cfg_options_dict
+from suite_runs import CONDITIONED
 
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 OPTIONS = ['randomness.seed=3', 'optim_wrapper.optimizer.lr=0.0005', 'train_cfg.max_epochs=2',
            'model.backbone.conditioning.control=scale_matched']
 

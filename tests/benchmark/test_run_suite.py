@@ -1,16 +1,12 @@
 """tools/benchmark/run_suite.py: suite files, the commands of each launcher, the gathered statistics, and
-end-to-end runs (local, SLURM through the stand-in srun, resume into another suite's out dir, SIGINT and
-resume of an interrupted cell)."""
+end-to-end runs (a finished run, resumed as it is, into another suite's out dir and with a changed variant; the
+shipped dose suite); tests/benchmark/test_run_suite_processes.py has SIGINT to the runner and a run through SLURM."""
 import json
 import os
 import os.path as osp
-import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -21,16 +17,9 @@ from condtok_mm.benchmark.launch import commands
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage
 from condtok_mm.benchmark.results import cell_results
 from condtok_mm.benchmark.schema import SuiteError, load_suite, phase_of
-from conftest import REPO_ROOT, data_options, free_port
-from suite_runs import SCRIPT, record_fingerprints, run_runner, run_suite, write_cell
-
-FAKE_SLURM = osp.join(REPO_ROOT, 'tests', 'fake_slurm')
-BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
-QUICK = {'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
-         'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
-         'test_dataloader.num_workers': 0, 'test_dataloader.persistent_workers': False,
-         'default_hooks.logger.interval': 1, 'custom_hooks.0.interval': 2}
+from conftest import REPO_ROOT
+from suite_runs import (BASELINE, CONDITIONED, record_fingerprints, run_runner, run_suite, suite_options, write_cell,
+                        write_suite)
 
 
 def suite_cells(suite, phase, args, cells=()):
@@ -39,19 +28,6 @@ def suite_cells(suite, phase, args, cells=()):
                                   args.cfg_options)
     assert not unknown
     return new
-
-
-def write_suite(path, variants, seeds=(0, 1), lrs=(1e-3, 2e-3), cfg_options=None, reference='baseline'):
-    path.write_text(f'reference = {reference!r}\nseeds = {list(seeds)!r}\nlrs = {list(lrs)!r}\n'
-                    f'cfg_options = {cfg_options or {}!r}\nvariants = {variants!r}\n')
-    return str(path)
-
-
-def suite_options(shapes_root, epochs):
-    """The test cells' data and schedule, as a suite's cfg_options (the demo's 12-epoch decays dropped)."""
-    options = dict(option.split('=', 1) for option in data_options(shapes_root, epochs)
-                   if not option.startswith('randomness.seed'))
-    return {**options, **QUICK, 'param_scheduler.1.milestones': [epochs + 1], 'param_scheduler.0.end': 2}
 
 
 # ---------------------------------------------------------------- suite files and commands (fast)
@@ -283,14 +259,6 @@ def test_best_of_variants_take_the_best_rate_of_their_source(tmp_path):
 # The cells train on a dataset of their own, smaller than the session's: 8 training images (2 iterations an
 # epoch at 4 a batch) and 4 validation images, 64 x 64; most of a cell's time is starting its two processes.
 
-@pytest.fixture(scope='module')
-def small_shapes(tmp_path_factory):
-    from condtok_mm.datasets import make_shapes_dataset
-    root = tmp_path_factory.mktemp('small_shapes')
-    make_shapes_dataset(str(root), num_train=8, num_val=4, image_size=(64, 64), seed=3)
-    return str(root)
-
-
 def dose_suite(path, shapes):
     """configs/suites/demo_dose_swin.py at one seed, one rate and one epoch on ``shapes``."""
     path.write_text(f'_base_ = [{osp.join(REPO_ROOT, "configs", "suites", "demo_dose_swin.py")!r}]\n'
@@ -430,138 +398,6 @@ def test_a_variant_whose_options_changed_stops_and_rerun_changed_runs_it_again(f
     assert 'model.backbone.conditioning.control=norm_matched' in (work_dir / 'train.log').read_text()
     recorded = json.loads((work_dir / 'suite_cell.json').read_text())
     assert recorded['config']['model']['backbone']['conditioning']['control'] == 'norm_matched'
-
-
-def descendants(pid):
-    """The process ids below ``pid`` (from /proc)."""
-    children = {}
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, queue = [], [pid]
-    while queue:
-        for child in children.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def alive(pid):
-    """A process that runs (a zombie, exited but not reaped, does not)."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False
-
-
-def pending_signals(pid):
-    """The signals sent to process ``pid`` that it has not handled yet (the ShdPnd mask of /proc/PID/status)."""
-    with open(f'/proc/{pid}/status') as f:
-        mask, = [int(line.split()[1], 16) for line in f if line.startswith('ShdPnd:')]
-    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
-
-
-def process_status(pid):
-    """The state and signal masks of process ``pid`` (what a failed wait for a signal shows)."""
-    try:
-        with open(f'/proc/{pid}/status') as f:
-            return ' '.join(line.strip() for line in f if line.startswith(('State', 'SigPnd', 'ShdPnd', 'SigIgn',
-                                                                              'SigBlk', 'SigCgt', 'Threads')))
-    except OSError as error:
-        return str(error)
-
-
-# The runner's script run with SIGINT handled (KeyboardInterrupt), as a shell's foreground command has it: a command
-# that a non-interactive shell starts in the background (`cmd &`, as CI scripts and job runners do) has SIGINT and
-# SIGQUIT ignored (POSIX), the test process and every process it starts inherit that (SigIgn 0x1001006 in
-# /proc/PID/status), and a runner that ignores SIGINT never stops its cell.
-HANDLING_SIGINT = ('import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); '
-                   "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
-# The cell is paused (SIGSTOP) from its first checkpoint until the runner's SIGINT has reached it, so that it cannot
-# finish first however loaded the machine is; the epochs after the first are the margin for the test's poll.
-EPOCHS_TO_INTERRUPT = 4
-
-
-@pytest.mark.slow
-def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_checkpoint(small_shapes, tmp_path):
-    """SIGINT to the runner's own process (not its group, as Ctrl-C would send) stops the training it runs
-    instead of waiting for the cell to finish; the cell resumes from its last checkpoint."""
-    out_dir = tmp_path / 'out'
-    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
-                       cfg_options=suite_options(small_shapes, EPOCHS_TO_INTERRUPT))
-    process = subprocess.Popen([sys.executable, '-c', HANDLING_SIGINT, SCRIPT, path, '--out-dir', str(out_dir)],
-                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
-    children = []
-    try:
-        deadline = time.monotonic() + 300
-        while not (work_dir / 'last_checkpoint').exists():  # written once epoch_1.pth is complete
-            assert process.poll() is None and time.monotonic() < deadline, 'the cell ended before its first checkpoint'
-            time.sleep(0.2)
-        children = descendants(process.pid)
-        assert children, 'the runner has no training process'
-        for pid in children:
-            os.kill(pid, signal.SIGSTOP)
-        assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists(), 'the cell finished before the signal'
-        process.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 60
-        while not all(alive(pid) and signal.SIGINT in pending_signals(pid) for pid in children):  # SIGINT first
-            assert time.monotonic() < deadline, 'the runner did not pass the SIGINT on to its training: ' + \
-                '; '.join(f'{pid}: {process_status(pid)}' for pid in [process.pid, *children])
-            time.sleep(0.1)
-        for pid in children:
-            os.kill(pid, signal.SIGCONT)
-        # bounded: the runner gives each child 10 s per signal; a loaded machine (two test workers) needs the margin
-        _, stderr = process.communicate(timeout=240)
-    finally:
-        if process.poll() is None:
-            for pid in children:
-                if alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 130, stderr[-3000:]
-    assert 'interrupted: the running cells were stopped; the same command with --resume continues them' in stderr
-    assert not [pid for pid in children if alive(pid)], 'a child of the runner outlived it'
-    assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists() and not (work_dir / 'test').exists()  # stopped
-    last = int(re.search(r'epoch_(\d+)\.pth', (work_dir / 'last_checkpoint').read_text()).group(1))
-    result = run_runner(path, '--out-dir', str(out_dir), '--resume')
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    resumed = (work_dir / 'train.log').read_text().split('$ ')[-1]
-    assert '--resume' in resumed.splitlines()[0] and 'resumed' in resumed.lower()
-    # mmengine pads the epoch to the width of max_epochs ('Epoch(train)  [2][1/2]' with 12)
-    assert re.search(rf'Epoch\(train\) +\[{last + 1}\]', resumed)
-    assert not re.search(rf'Epoch\(train\) +\[{last}\]', resumed)
-    assert (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists()
-    summary = json.loads((out_dir / 'suite.json').read_text())
-    assert [c['status'] for c in summary['cells_detail']] == ['ran']
-
-
-@pytest.mark.slow
-def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(small_shapes, tmp_path, monkeypatch):
-    out_dir = tmp_path / 'out'
-    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3],
-                       cfg_options={**suite_options(small_shapes, 1), 'env_cfg.dist_cfg.backend': 'gloo'})
-    for key, value in dict(PATH=f'{FAKE_SLURM}:{os.environ["PATH"]}', FAKE_SRUN_ARGS=str(tmp_path / 'srun.json'),
-                           GRES='', CPUS_PER_TASK='1', MASTER_PORT=str(free_port()), CUDA_VISIBLE_DEVICES='').items():
-        monkeypatch.setenv(key, value)  # the environment of the runner's commands
-    result = run_runner(path, '--out-dir', str(out_dir), '--launcher', 'slurm', '--partition', 'cpu')
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    work_dir = out_dir / 'baseline' / 'lr0.001' / 'seed0'
-    assert 'Distributed launcher: slurm' in (work_dir / 'train.log').read_text()
-    srun = json.loads((tmp_path / 'srun.json').read_text())  # the last srun: the test
-    assert srun[:2] == ['-p', 'cpu'] and '--job-name=baseline-lr0.001-seed0' in srun and '--ntasks=1' in srun
-    summary = json.loads((out_dir / 'suite.json').read_text())
-    assert summary['cells_detail'][0]['status'] == 'ran' and summary['launcher'] == 'slurm'
 
 
 @pytest.mark.slow

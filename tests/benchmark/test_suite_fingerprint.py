@@ -3,17 +3,13 @@ fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.
 import json
 
 from condtok_mm.benchmark.fingerprint import differences
-from suite_runs import record_fingerprints, run_runner, write_cell
+from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
-BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
 
 
-def write_suite(path, variants, cfg_options=ONE_EPOCH):
-    path.write_text(f"reference = 'baseline'\nseeds = [0, 1]\nlrs = [1e-3]\ncfg_options = {cfg_options!r}\n"
-                    f'variants = {variants!r}\n')
-    return str(path)
+def one_rate_suite(path, variants, cfg_options=ONE_EPOCH):
+    return write_suite(path, variants, lrs=(1e-3, ), cfg_options=cfg_options)
 
 
 def written_suite(tmp_path, fingerprints=True):
@@ -22,7 +18,7 @@ def written_suite(tmp_path, fingerprints=True):
     for variant in ('baseline', 'cond'):
         for seed in (0, 1):
             write_cell(str(out_dir), variant, 1e-3, seed, 0.1 + 0.01 * seed, 0.05, [2.0, 1.0])
-    path = write_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)))
+    path = one_rate_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)))
     if fingerprints:
         record_fingerprints(path, out_dir)
     return path, out_dir
@@ -42,7 +38,7 @@ def test_the_suite_that_ran_gathers_its_own_cells(tmp_path):
 def test_another_suite_in_the_same_out_dir_is_refused_naming_each_cell_and_what_differs(tmp_path):
     _, out_dir = written_suite(tmp_path)
     # suite B: its "cond" is another model (the baseline config with a scale option) under the same names
-    other = write_suite(tmp_path / 'b.py', dict(baseline=dict(config=BASELINE), cond=dict(
+    other = one_rate_suite(tmp_path / 'b.py', dict(baseline=dict(config=BASELINE), cond=dict(
         config=BASELINE, cfg_options={'model.backbone.drop_path_rate': 0.2})))
     result = gather(other, out_dir)
     assert result.returncode == 1 and not (out_dir / 'suite.json').exists()
@@ -58,7 +54,7 @@ def test_another_suite_in_the_same_out_dir_is_refused_naming_each_cell_and_what_
 
 def test_a_suite_whose_common_options_changed_is_refused_for_every_cell(tmp_path):
     path, out_dir = written_suite(tmp_path)
-    write_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
+    one_rate_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
                 cfg_options={'train_cfg.max_epochs': 2})
     result = gather(path, out_dir)
     assert result.returncode == 1 and result.stderr.count('is not the cell this suite asks for') == 4

@@ -10,11 +10,9 @@ import os
 import os.path as osp
 import re
 
-from suite_runs import record_fingerprints, run_runner, write_cell
+from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell
 
 GOLDEN = osp.join(osp.dirname(osp.abspath(__file__)), 'golden')
-BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 FALLING = [4.0, 3.0, 2.5, 2.0, 1.8, 1.5, 1.3, 1.2]
 STALLING = [4.0, 3.0, 2.95, 2.9, 2.9, 2.85, 2.8, 2.8]
 

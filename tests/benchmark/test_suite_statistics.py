@@ -13,10 +13,7 @@ from condtok_mm.benchmark.results import escape_iteration
 from condtok_mm.benchmark.schema import EscapeRule, SuiteError, load_suite
 from condtok_mm.benchmark.statistics import holm, paired_difference, sign_flip_p
 from conftest import REPO_ROOT
-from suite_runs import record_fingerprints, run_runner, write_cell
-
-BASELINE = 'configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py'
-CONDITIONED = 'configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
+from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell
 
 
 def scipy_sign_flip(differences):

@@ -12,7 +12,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 from condtok_mm.datasets.shapes import make_shapes_dataset  # noqa: E402
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Create the synthetic COCO-format shapes dataset')
     parser.add_argument('--out-dir', default='data/shapes/', help='output folder')
     parser.add_argument('--num-train', type=int, default=200, help='training images')
@@ -21,11 +21,11 @@ def parse_args():
                         help='image height and width')
     parser.add_argument('--seed', type=int, default=0, help='base random seed')
     parser.add_argument('--force', action='store_true', help='rewrite the dataset if it exists')
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     marker = osp.join(args.out_dir, 'annotations', 'instances_val.json')
     if osp.exists(marker) and not args.force:
         counts = {}
