@@ -71,13 +71,10 @@ if [ ! -x "$VPY" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VPY" -m pip --disable-pip-version-check)
-# --no-compile: pip would byte-compile every file of every package it installs (torch's step alone took 74 s
-# instead of 45 s on 2 cores); Python compiles each module the first time it is imported and keeps the result.
-INSTALL=("${PIP[@]}" install -q --no-compile)
 CONSTRAINTS=(-c requirements/constraints.txt)
 
 log "step 1/3: torch, torchvision and build tools"
-"${INSTALL[@]}" "${CONSTRAINTS[@]}" -r requirements/build.txt
+"${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/build.txt
 
 choose_mmcv_build
 TORCH_VERSION=$("$VPY" -c 'import torch; print(torch.__version__.split("+")[0])')
@@ -113,15 +110,15 @@ else
     else
         log "step 2/3: mmcv $MMCV_VERSION ($MMCV_BUILD_TAG) from cached wheel $WHEEL_DIR"
     fi
-    "${INSTALL[@]}" --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
+    "${PIP[@]}" install -q --no-deps --force-reinstall "$WHEEL_DIR"/mmcv-*.whl
     # what tools/gpu_check.sh reports as the build (absent for a wheel cached before build.txt existed)
     cp "$WHEEL_DIR/build.txt" "$VENV/.condtok_mm-mmcv-build.txt" 2>/dev/null || rm -f "$VENV/.condtok_mm-mmcv-build.txt"
 fi
 
 log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requirements, condtok_mm"
-"${INSTALL[@]}" "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
+"${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
     -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tests.txt
-"${INSTALL[@]}" --no-deps --no-build-isolation -e .
+"${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 
 check_mmcv_ops || die "mmcv's compiled ops ($MMCV_BUILD_TAG) do not work; remove $WHEEL_DIR and rerun"
 "$VPY" -c 'import condtok_mm, mmdet, mmpretrain; print("[install] condtok_mm", condtok_mm.__version__, "| mmdet", mmdet.__version__, "| mmpretrain", mmpretrain.__version__)'
