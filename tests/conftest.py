@@ -165,6 +165,38 @@ def run_main(main, script, *args):
                                        stderr.getvalue())
 
 
+def process_tree(pid):
+    """``pid`` and every process descended from it, from /proc (Linux)."""
+    children = {}
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{entry}/stat') as f:
+                parent = int(f.read().rsplit(')', 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, pending = [], [pid]
+    while pending:
+        tree.append(pending.pop())
+        pending.extend(children.get(tree[-1], []))
+    return tree
+
+
+def process_state(pid):
+    """The state of process ``pid`` in /proc/PID/stat (R running, S sleeping, T stopped, Z a zombie: exited, not
+    reaped yet), None once it is gone."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid):
+    """Whether process ``pid`` runs (a zombie does not)."""
+    return process_state(pid) not in (None, 'Z')
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that no one listens on now (the OS picks it), so that parallel runs differ."""
     with socket.socket() as sock:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import DEMO, REPO_ROOT, data_options, free_port, read_until, run_tool
+from conftest import DEMO, REPO_ROOT, alive, data_options, free_port, process_tree, read_until, run_tool
 
 
 @pytest.mark.slow
@@ -69,31 +69,6 @@ def dist_train(config, work_dir, options):
                             cwd=REPO_ROOT, env=env)
 
 
-def process_tree(pid):
-    """``pid`` and every process descended from it, from /proc (Linux)."""
-    children = {}
-    for entry in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open(f'/proc/{entry}/stat') as f:
-                parent = int(f.read().rsplit(')', 1)[1].split()[1])
-        except (OSError, ValueError):  # ended meanwhile
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, pending = [], [pid]
-    while pending:
-        tree.append(pending.pop())
-        pending.extend(children.get(tree[-1], []))
-    return tree
-
-
-def running(pid):
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False
-
-
 def kill_tree(run):
     """SIGKILL the launcher and every rank at once, as when the machine fails; wait until none runs. (torchrun
     starts each rank in a session of its own, so killing the launcher's process group would spare the ranks.)"""
@@ -105,9 +80,9 @@ def kill_tree(run):
             pass
     assert run.wait(timeout=60) == -signal.SIGKILL
     deadline = time.monotonic() + 60
-    while any(running(pid) for pid in tree) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not any(running(pid) for pid in tree)
+    assert not any(alive(pid) for pid in tree)
     return len(tree)
 
 

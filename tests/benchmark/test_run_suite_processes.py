@@ -11,36 +11,8 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, free_port
+from conftest import REPO_ROOT, alive, free_port, process_state, process_tree
 from suite_runs import BASELINE, FAKE_SLURM, SCRIPT, run_runner, suite_options, write_suite
-
-
-def descendants(pid):
-    """The process ids below ``pid`` (from /proc)."""
-    children = {}
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, queue = [], [pid]
-    while queue:
-        for child in children.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def alive(pid):
-    """A process that runs (a zombie, exited but not reaped, does not)."""
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False
 
 
 def pending_signals(pid):
@@ -90,10 +62,18 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
         while not (work_dir / 'last_checkpoint').exists():  # written once epoch_1.pth is complete
             assert process.poll() is None and time.monotonic() < deadline, 'the cell ended before its first checkpoint'
             time.sleep(0.2)
-        children = descendants(process.pid)
+        children = process_tree(process.pid)[1:]
         assert children, 'the runner has no training process'
         for pid in children:
             os.kill(pid, signal.SIGSTOP)
+        # Stopped, not only sent SIGSTOP: a SIGINT that reaches a child whose SIGSTOP is still pending (a loaded
+        # machine has not run it since) is taken first, the lower signal number being dequeued first, and the
+        # child then stops with it handled, never pending.
+        deadline = time.monotonic() + 60
+        while not all(process_state(pid) == 'T' for pid in children):
+            assert time.monotonic() < deadline, 'the training did not stop: ' + \
+                '; '.join(f'{pid}: {process_status(pid)}' for pid in children)
+            time.sleep(0.1)
         assert not (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists(), 'the cell finished before the signal'
         process.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 60
