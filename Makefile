@@ -50,9 +50,10 @@ study: install
 	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2 --resume \
 		--out-dir $(BENCH_DIR)/demo_controls_vitdet
 
-# Two pytest-xdist workers, each taking whole test files (their module fixtures are built once): the end-to-end
-# tests spend much of their time starting processes, which a second core overlaps. TEST_WORKERS=0 runs serially.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers on 2 cores, each taking whole test files (their module fixtures are built once): the
+# end-to-end tests spend much of their time waiting on the processes they start, which another worker fills
+# (docs/en/contributing.md has the timings). TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 3
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
