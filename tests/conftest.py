@@ -13,7 +13,7 @@ import threading
 import time
 
 # One intra-op thread for each test process and the processes the tests start (a value set in the environment is
-# kept): `make test` runs two pytest-xdist workers, and the end-to-end tests their training processes, on 2 cores,
+# kept): `make test` runs three pytest-xdist workers, and the end-to-end tests their training processes, on 2 cores,
 # where the spinning OpenMP threads of oversubscribed processes made small linear-algebra tests up to 200x slower
 # (tests/test_token_graying.py at 64 x 512: 0.06 s alone, 15 s beside a second worker). Set before torch loads.
 os.environ.setdefault('OMP_NUM_THREADS', '1')

@@ -83,7 +83,7 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
             time.sleep(0.1)
         for pid in children:
             os.kill(pid, signal.SIGCONT)
-        # bounded: the runner gives each child 10 s per signal; a loaded machine (two test workers) needs the margin
+        # bounded: the runner gives each child 10 s per signal; a loaded machine (the other test workers) needs the margin
         _, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
