@@ -30,20 +30,24 @@ def build(cfg_model, scope):
         return registry.build(cfg_model)
 
 
-def pretrained_classifier(classification_config, path):
-    """The classifier of the config with every weight made distinct from any initialisation, saved as mmengine's
-    CheckpointHook saves one; returns its state dict."""
-    cfg = Config.fromfile(osp.join(DEMO, classification_config))
+def saved_classifier(cfg, path, epoch):
+    """The classifier of the classification config ``cfg`` with every weight made distinct from any
+    initialisation, saved at ``path`` as mmengine's CheckpointHook saves one; returns its state dict."""
     cfg.model.data_preprocessor = cfg.data_preprocessor
-    torch.manual_seed(0)
     classifier = build(cfg.model, 'mmpretrain')
     with torch.no_grad():
         for tensor in classifier.state_dict().values():
             if tensor.is_floating_point():
                 tensor.add_(torch.randn_like(tensor))
     state = classifier.state_dict()
-    save_checkpoint(dict(meta=dict(epoch=20), state_dict=state), path)
+    save_checkpoint(dict(meta=dict(epoch=epoch), state_dict=state), path)
     return state
+
+
+def pretrained_classifier(classification_config, path):
+    """:func:`saved_classifier` of a demo classification config, seeded, as its 20-epoch run would save it."""
+    torch.manual_seed(0)
+    return saved_classifier(Config.fromfile(osp.join(DEMO, classification_config)), path, epoch=20)
 
 
 def detector_initialised_from(detection_config, checkpoint):
@@ -111,15 +115,8 @@ def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_ba
     classification = Config.fromfile(osp.join(REPO_ROOT, 'configs/classification/xcit-medium-24-p16-condtok_8xb128_in1k.py'))
     classification.model.backbone.backbone.update(small)
     classification.model.head.in_channels = small['embed_dims']
-    classification.model.data_preprocessor = classification.data_preprocessor
-    classifier = build(classification.model, 'mmpretrain')
-    with torch.no_grad():
-        for tensor in classifier.state_dict().values():
-            if tensor.is_floating_point():
-                tensor.add_(torch.randn_like(tensor))
-    state = classifier.state_dict()
     checkpoint = str(tmp_path / 'xcit.pth')
-    save_checkpoint(dict(meta=dict(epoch=300), state_dict=state), checkpoint)
+    state = saved_classifier(classification, checkpoint, epoch=300)
     detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/xcit/mask-rcnn_xcit-s12-p16-condtok_rescale-fpn_ms-crop-3x_coco.py'))
     detection.model.backbone.backbone.update(small, out_indices=(1, 3))
     detection.model.backbone.backbone.init_cfg.checkpoint = checkpoint
@@ -144,15 +141,8 @@ def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detect
     classification = Config.fromfile(osp.join(REPO_ROOT, 'configs/classification/vit-base-p16-condtok_64xb64_in1k.py'))
     classification.model.backbone.backbone.arch = dict(embed_dims=48, num_layers=2, num_heads=4, feedforward_channels=192)
     classification.model.head.update(in_channels=48, hidden_dim=96)
-    classification.model.data_preprocessor = classification.data_preprocessor
-    classifier = build(classification.model, 'mmpretrain')
-    with torch.no_grad():
-        for tensor in classifier.state_dict().values():
-            if tensor.is_floating_point():
-                tensor.add_(torch.randn_like(tensor))
-    state = classifier.state_dict()
     source, converted = str(tmp_path / 'vit.pth'), str(tmp_path / 'vitdet.pth')
-    save_checkpoint(dict(meta=dict(epoch=300), state_dict=state), source)
+    state = saved_classifier(classification, source, epoch=300)
     converter().main([source, converted])
     detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py'))
     detection.model.backbone.update(img_size=128, embed_dim=48, depth=2, num_heads=4, window_size=4,
