@@ -48,6 +48,16 @@ def test_mmdets_seaborn_is_the_real_one_on_first_use():
     assert after == str(sorted(SEABORNS_IMPORTS))
 
 
+@pytest.mark.slow
+def test_a_submodule_imported_before_seaborn_is_seaborns_own():
+    program = (f'import sys; sys.path.insert(0, {TOOLS!r}); from lazy_seaborn import load_seaborn_on_first_use; '
+               'load_seaborn_on_first_use(); import seaborn.palettes; palettes = sys.modules["seaborn.palettes"]; '
+               'print(seaborn.color_palette is palettes.color_palette is sys.modules["seaborn"].color_palette)')
+    result = subprocess.run([sys.executable, '-c', program], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == 'True'  # seaborn.palettes executed once
+
+
 def test_an_imported_seaborn_is_kept():
     import seaborn
     load_seaborn_on_first_use()

@@ -2,6 +2,10 @@
 validation set starts with the smaller one's images (configs/suites/_base_/demo_12e_val200.py relies on it)."""
 import json
 import os.path as osp
+import subprocess
+import sys
+
+import pytest
 
 from conftest import REPO_ROOT, load_script, run_main
 
@@ -34,3 +38,13 @@ def test_a_larger_validation_set_begins_with_the_smaller_ones_images(tmp_path):
                 == (tmp_path / 'large' / 'val' / image['file_name']).read_bytes())
     train = [(tmp_path / name / 'annotations' / 'instances_train.json').read_text() for name in ('small', 'large')]
     assert train[0] == train[1]
+
+
+@pytest.mark.slow
+def test_the_script_runs_as_a_command(tmp_path):
+    """The tests above call its main() in this process; this one runs ``python tools/dataset/make_shapes.py``."""
+    result = subprocess.run([sys.executable, TOOL, '--out-dir', str(tmp_path / 'shapes'), '--num-train', '2',
+                             '--num-val', '2', '--size', '48', '48'], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f'wrote 2 train and 2 val images to {tmp_path / "shapes"} in ')
+    assert len(json.load(open(tmp_path / 'shapes' / 'annotations' / 'instances_val.json'))['images']) == 2

@@ -30,14 +30,18 @@ class SeabornOnFirstUse(types.ModuleType):
 
 def load_seaborn_on_first_use():
     """Register the stand-in as seaborn. Changes nothing where seaborn is already imported or is not installed
-    (mmdet then sets its ``sns`` to None, as it would have)."""
+    (mmdet then sets its ``sns`` to None, as it would have). A seaborn that is installed but fails to import
+    fails at its first use instead of leaving mmdet's ``sns`` None."""
     if 'seaborn' in sys.modules:
         return
     spec = importlib.util.find_spec('seaborn')
     if spec is None:
         return
     stand_in = SeabornOnFirstUse('seaborn')
-    # what code that walks sys.modules reads (mmengine's Registry calls inspect.getmodule, which asks every module
-    # for __file__); no __path__, so that importing a submodule of seaborn imports seaborn
+    # What code that walks sys.modules reads (mmengine's Registry calls inspect.getmodule, which asks every module
+    # for __file__), and __path__, so that `import seaborn.palettes` imports that submodule once, under the
+    # stand-in: were __path__ missing, reading it would import seaborn, which imports its submodules, and the
+    # import system would then execute seaborn.palettes a second time.
     stand_in.__spec__, stand_in.__loader__, stand_in.__file__ = spec, spec.loader, spec.origin
+    stand_in.__path__ = list(spec.submodule_search_locations)
     sys.modules['seaborn'] = stand_in
