@@ -129,8 +129,7 @@ def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_ba
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0, msg=key)
 
 
-def converter():
-    return load_script('model_converters', 'mmpretrain_vit2vitdet.py')
+converter = load_script('model_converters', 'mmpretrain_vit2vitdet.py')
 
 
 def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detectors_backbone(tmp_path):
@@ -143,7 +142,7 @@ def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detect
     classification.model.head.update(in_channels=48, hidden_dim=96)
     source, converted = str(tmp_path / 'vit.pth'), str(tmp_path / 'vitdet.pth')
     state = saved_classifier(classification, source, epoch=300)
-    converter().main([source, converted])
+    converter.main([source, converted])
     detection = Config.fromfile(osp.join(REPO_ROOT, 'configs/vitdet/mask-rcnn_vit-b-vitdet-condtok_simple-fpn_lsj-100e_coco.py'))
     detection.model.backbone.update(img_size=128, embed_dim=48, depth=2, num_heads=4, window_size=4,
                                     window_block_indexes=[0])
@@ -167,4 +166,4 @@ def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detect
     for theirs, ours in names.items():
         torch.testing.assert_close(loaded[ours], pretrained[theirs], rtol=0, atol=0, msg=ours)
     with pytest.raises(ValueError, match=r"keys that have no place in ViTDetViT: \['backbone.layers.0.gamma1'\]"):
-        converter().convert_vit({**state, 'backbone.layers.0.gamma1': torch.ones(48)})
+        converter.convert_vit({**state, 'backbone.layers.0.gamma1': torch.ones(48)})

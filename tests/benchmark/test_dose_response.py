@@ -11,11 +11,7 @@ from suite_runs import BASELINE, CONDITIONED
 KNOB = 'condtok=model.backbone.conditioning.target_kappa'
 
 
-def load_tool():
-    return load_script('analysis', 'dose_response.py')
-
-
-dose_response = load_tool()
+dose_response = load_script('analysis', 'dose_response.py')
 
 # bbox AP by (variant, lr, seed); the baseline is best at 2e-3, the method at 1e-3 (where its dose runs)
 BBOX = {('baseline', 1e-3): [1.0, 2.0, 1.5], ('baseline', 2e-3): [2.0, 2.5, 3.5],

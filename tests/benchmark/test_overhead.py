@@ -100,11 +100,7 @@ def test_overhead_benchmark_times_the_twins_and_the_methods_and_checks_the_condi
     assert 'swin-t    spectral' in result.stdout and 'swin-t    graying' in result.stdout
 
 
-def load_op_counts():
-    return load_script('benchmark', 'op_counts.py')
-
-
-op_counts = load_op_counts()
+op_counts = load_script('benchmark', 'op_counts.py')
 
 
 def test_op_counts_counts_each_dispatched_op_host_read_and_float64_flop():

@@ -55,7 +55,7 @@ def test_another_suite_in_the_same_out_dir_is_refused_naming_each_cell_and_what_
 def test_a_suite_whose_common_options_changed_is_refused_for_every_cell(tmp_path):
     path, out_dir = written_suite(tmp_path)
     one_rate_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
-                cfg_options={'train_cfg.max_epochs': 2})
+                   cfg_options={'train_cfg.max_epochs': 2})
     result = gather(path, out_dir)
     assert result.returncode == 1 and result.stderr.count('is not the cell this suite asks for') == 4
     assert result.stderr.count('config train_cfg.max_epochs: 1 recorded, 2 now') == 4

@@ -24,6 +24,7 @@ from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.registry import HOOKS
 from conftest import DEMO, REPO_ROOT, load_script, run_tool
 
+training_dynamics_tool = load_script('analysis', 'training_dynamics.py')
 BASELINE_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini_fpn_12e_shapes.py')
 # 2 images of 16 x 16 -> a 4 x 4 grid of 8 channels; block 0 attends in 2 x 2 windows, block 1 globally
 IMAGES = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
@@ -191,7 +192,7 @@ def test_blocks_are_found_in_swin_and_vitdet_and_a_model_without_any_is_refused(
 
 
 def test_separation_is_the_first_and_the_lasting_departure_beyond_the_factor():
-    separation = load_script('analysis', 'training_dynamics.py').separation
+    separation = training_dynamics_tool.separation
     reference = dict(iter=[1, 10, 20, 30, 40], value=[1., 1., 1., 1., 2.])
     # 1.6x at 10, back to 1x at 20, then 1/1.6x and 1.6x (2 x 0.8 at 40) to the end
     variant = dict(iter=[1, 10, 20, 30, 40], value=[1.2, 1.6, 1., 0.625, 3.2])
@@ -203,7 +204,7 @@ def test_separation_is_the_first_and_the_lasting_departure_beyond_the_factor():
 
 
 def test_initial_weights_are_compared_key_by_key():
-    compare_states = load_script('analysis', 'training_dynamics.py').compare_states
+    compare_states = training_dynamics_tool.compare_states
     reference = {'backbone.w': torch.ones(2), 'neck.w': torch.zeros(2)}
     assert compare_states(reference, copy.deepcopy(reference))['model_equal']
     other = dict(reference, **{'neck.w': torch.ones(2)})
@@ -214,7 +215,7 @@ def test_initial_weights_are_compared_key_by_key():
 
 
 def test_variant_arguments_are_checked():
-    parse_args = load_script('analysis', 'training_dynamics.py').parse_args
+    parse_args = training_dynamics_tool.parse_args
     args = parse_args(['--variant', 'a', DEMO, '--variant', 'b', DEMO, 'model.backbone.conditioning.alpha=0.5'])
     assert args.variants['b']['cfg_options'] == ['model.backbone.conditioning.alpha=0.5']
     assert args.reference == 'a'
