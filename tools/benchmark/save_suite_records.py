@@ -1,0 +1,77 @@
+"""Keep a suite run's records: copy what tools/benchmark/run_suite.py reads of each finished cell (its fingerprint,
+its test metrics, its training scalars) and the suite's tables and plots from OUT_DIR into RECORD_DIR, without
+checkpoints, so that the run can be committed, gathered again and continued on another machine.
+
+    python tools/benchmark/save_suite_records.py OUT_DIR RECORD_DIR
+
+A finished cell is a work dir with the runner's suite_cell.json and a test run whose JSON holds COCO metrics;
+the newest test run and the newest training run are kept (the ones the runner reads), under the same relative
+paths. Then
+
+    python tools/benchmark/run_suite.py SUITE --gather-only --out-dir RECORD_DIR   # the tables, again
+    python tools/benchmark/run_suite.py SUITE --resume --out-dir RECORD_DIR        # the cells still to run
+
+gather and continue the run from the records (each cell still checked against the suite by its fingerprint).
+Cells that were not finished are left out: a resumed run trains them from the start. Copying again updates the
+records; nothing already there is deleted.
+"""
+import argparse
+import os
+import os.path as osp
+import shutil
+import sys
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, REPO_ROOT)  # run from a checkout, installed or not
+from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE  # noqa: E402
+from condtok_mm.benchmark.plan import Cell  # noqa: E402
+from condtok_mm.benchmark.report import REPORT_FILES  # noqa: E402
+from condtok_mm.benchmark.results import evaluation, newest  # noqa: E402
+
+
+def finished_cells(out_dir):
+    """The work dirs under ``out_dir`` that hold a fingerprint and an evaluation, sorted."""
+    found = []
+    for root, dirs, files in os.walk(out_dir):
+        dirs.sort()
+        if FINGERPRINT_FILE in files and evaluation(Cell('', 0, 0, root, '', '')):
+            found.append(root)
+            dirs.clear()  # a finished cell holds no cell
+    return found
+
+
+def cell_records(work_dir):
+    """The files of a finished cell the runner reads: fingerprint, newest test JSON, newest training scalars."""
+    files = [osp.join(work_dir, FINGERPRINT_FILE), evaluation(Cell('', 0, 0, work_dir, '', ''))[0]]
+    scalars = newest(osp.join(work_dir, '2*', 'vis_data', 'scalars.json'))
+    return files + ([scalars] if scalars else [])
+
+
+def save_records(out_dir, record_dir):
+    """Copy every finished cell's records and the suite's report files; returns the cells' relative dirs."""
+    cells = [osp.relpath(work_dir, out_dir) for work_dir in finished_cells(out_dir)]
+    for cell in cells:
+        for path in cell_records(osp.join(out_dir, cell)):
+            target = osp.join(record_dir, osp.relpath(path, out_dir))
+            os.makedirs(osp.dirname(target), exist_ok=True)
+            shutil.copy2(path, target)
+    for name in REPORT_FILES:
+        if osp.isfile(osp.join(out_dir, name)):
+            os.makedirs(record_dir, exist_ok=True)
+            shutil.copy2(osp.join(out_dir, name), osp.join(record_dir, name))
+    return cells
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Copy a suite run's finished cells' records (no checkpoints)")
+    parser.add_argument('out_dir', help="the suite run's --out-dir")
+    parser.add_argument('record_dir', help='where the records go (e.g. docs/en/studies/records/SUITE)')
+    args = parser.parse_args(argv)
+    if not osp.isdir(args.out_dir):
+        parser.error(f'{args.out_dir} is not a directory (give the --out-dir of a suite run)')
+    cells = save_records(args.out_dir, args.record_dir)
+    print(f'{len(cells)} finished cell(s) of {args.out_dir} recorded in {args.record_dir}')
+
+
+if __name__ == '__main__':
+    main()
