@@ -60,10 +60,11 @@ class TokenConditioner(BaseModule):
             which is what the next LayerNorm lets through (see :mod:`condtok_mm.conditioning`).
             Default: False (the paper's construction).
         position (str): where the owning backbone applies the conditioner. 'embedding': the embedded tokens
-            X, i.e. the residual stream before the first block (the paper). 'attention_input': the input
-            that the first attention block multiplies, i.e. its norm1 output (per window where the block
-            is windowed), leaving the residual stream and the token scale untouched; it bounds kappa of
-            what attention sees. Default: 'embedding'.
+            X, i.e. the residual stream before the first block (the paper). 'attention_input': the first
+            block's norm1 output, leaving the residual stream and the token scale untouched; with
+            ``scope='window'`` each attention window of it is conditioned, so kappa <= target_kappa holds
+            on exactly what a windowed attention multiplies; with ``scope='image'`` the whole image's
+            norm1 output is (its windows keep their own, larger kappa). Default: 'embedding'.
         epsilon (float): Token Graying's strength, 0 < epsilon <= 1 (smaller is stronger; 1 only rescales
             s_1 to 1), ``mode='graying'`` only. Default: 0.95 (the authors' default).
         control (str, optional): a token-scale control for studies that separate conditioning from the
