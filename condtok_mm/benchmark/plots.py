@@ -1,12 +1,38 @@
-"""The figures of a suite: the metric against the learning rate, and the loss and kappa curves at each variant's
-best rate. matplotlib is imported when a figure is drawn."""
+"""The figures of a suite: the metric against the learning rate; each reported seed's metric in every variant at
+its chosen rate, and the validations during training; the loss and kappa curves at each variant's chosen rate.
+matplotlib is imported when a figure is drawn."""
 import statistics
 
 from .results import KAPPA_CURVES
 from .statistics import REPORTED_METRICS
 
 
-def plot(suite, cells, rows, best, paths):
+def seed_lines(best, metric):
+    """{seed: [(variant index, value), ...]}: each reported seed's ``metric`` in the variants (at their chosen
+    rates, in the suite's order) that have it, so that a line joins one seed's initial weights across them."""
+    lines = {}
+    for i, entry in enumerate(best):
+        stat = entry['metrics'].get(metric) or dict(seeds=[], values=[])
+        for seed, value in zip(stat['seeds'], stat['values']):
+            lines.setdefault(seed, []).append((i, value))
+    return dict(sorted(lines.items()))
+
+
+def validation_curves(validation):
+    """{variant: (epochs, means, minima, maxima)} of the validations during training (report.validation_rows)."""
+    curves = {}
+    for row in validation:
+        if row['metric'] is None:
+            continue
+        epochs, means, lows, highs = curves.setdefault(row['variant'], ([], [], [], []))
+        epochs.append(row['epoch'])
+        means.append(row['metric']['mean'])
+        lows.append(min(row['metric']['values']))
+        highs.append(max(row['metric']['values']))
+    return curves
+
+
+def plot(suite, cells, rows, best, validation, paths):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -29,6 +55,36 @@ def plot(suite, cells, rows, best, paths):
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     fig.savefig(paths['ap_vs_lr.png'], dpi=120)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    name = REPORTED_METRICS.get(metric, metric)
+    for seed, points in seed_lines(best, metric).items():
+        left.plot([i for i, _ in points], [value for _, value in points], 'o-', color='0.6', alpha=0.7,
+                  markersize=4, linewidth=1)
+        left.annotate(f'seed {seed}', points[-1], xytext=(4, 0), textcoords='offset points', fontsize=7,
+                      color='0.4', va='center')
+    for i, entry in enumerate(best):
+        stat = entry['metrics'].get(metric)
+        if stat:
+            left.plot([i], [stat['mean']], 'D', color=colours[entry['variant']], markersize=8, zorder=3)
+    left.set_xticks(range(len(best)), [f'{entry["variant"]}\nlr {entry["lr"]:g}' for entry in best], fontsize=8)
+    left.set_ylabel(f'{name}, final (reported seeds; diamond: mean)')
+    left.set_title('each seed across the variants (same initial weights per seed)', fontsize=10)
+    left.grid(True, axis='y', alpha=0.3)
+    curves = validation_curves(validation)
+    for variant, (epochs, means, lows, highs) in curves.items():
+        right.plot(epochs, means, 'o-', color=colours[variant], label=variant)
+        right.fill_between(epochs, lows, highs, color=colours[variant], alpha=0.15, linewidth=0)
+    right.set_xticks(sorted({epoch for epochs, *_ in curves.values() for epoch in epochs}))
+    right.set_xlabel('epoch')
+    right.set_ylabel(f'{name} (mean over reported seeds, band min-max)')
+    right.set_title('validations during training', fontsize=10)
+    right.grid(True, alpha=0.3)
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=8)
+    fig.suptitle(f'{suite.name}: {name} by seed and during training', fontsize=10)
+    fig.savefig(paths['seeds.png'], dpi=110)
     plt.close(fig)
 
     def draw(ax, curve_of):

@@ -7,7 +7,7 @@ import os.path as osp
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
-REPORT_FILES = ('suite.md', 'suite.json', 'ap_vs_lr.png', 'loss.png', 'kappa.png')
+REPORT_FILES = ('suite.md', 'suite.json', 'ap_vs_lr.png', 'seeds.png', 'loss.png', 'kappa.png')
 
 
 def fmt(stat, digits=1):
@@ -148,5 +148,5 @@ def write_tables(suite, result, out_dir):
         json.dump(result, f, indent=1)
     table = markdown(suite, result['rows'], result['best'], result)
     with open(osp.join(out_dir, 'suite.md'), 'w') as f:
-        f.write(f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: ap_vs_lr.png, loss.png, kappa.png.\n')
+        f.write(f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: ap_vs_lr.png, seeds.png, loss.png, kappa.png.\n')
     return table

@@ -38,9 +38,10 @@ def suite_options(shapes_root, epochs):
     return {**options, **QUICK, 'param_scheduler.1.milestones': [epochs + 1], 'param_scheduler.0.end': 2}
 
 
-def write_cell(out_dir, variant, lr, seed, bbox, segm, losses, kappa=None, every=10):
+def write_cell(out_dir, variant, lr, seed, bbox, segm, losses, kappa=None, every=10, validations=None):
     """A finished cell as mmengine writes it: training scalars.json (a loss every ``every`` iterations, kappa
-    records with their iteration as 'step') and the test epoch's JSON; bbox None leaves the cell untested."""
+    records with their iteration as 'step', a validation's bbox AP (fraction) for each {epoch: value} of
+    ``validations`` with its epoch as 'step') and the test epoch's JSON; bbox None leaves the cell untested."""
     work_dir = osp.join(out_dir, variant, f'lr{lr:g}', f'seed{seed}')
     os.makedirs(osp.join(work_dir, '20260101_000000', 'vis_data'))
     with open(osp.join(work_dir, '20260101_000000', 'vis_data', 'scalars.json'), 'w') as f:
@@ -50,6 +51,9 @@ def write_cell(out_dir, variant, lr, seed, bbox, segm, losses, kappa=None, every
             if kappa is not None and i % 2 == 1:
                 f.write(json.dumps({**{key: kappa * (1 + i) / (j + 1) for j, key in enumerate(KAPPA_KEYS)},
                                     'step': step}) + '\n')
+        for epoch, value in (validations or {}).items():
+            f.write(json.dumps({'coco/bbox_mAP': value, 'coco/segm_mAP': value / 2, 'data_time': 0.1,
+                                'time': 0.5, 'step': epoch}) + '\n')
     open(osp.join(work_dir, 'epoch_1.pth'), 'w').close()
     if bbox is None:
         return

@@ -234,7 +234,7 @@ def test_gathered_statistics_equal_a_hand_computation(tmp_path):
     cond = rows['cond', 1e-3]['metrics']['coco/bbox_mAP']
     values = ' / '.join(f'{100 * ap["cond", 1e-3, s][0]:.1f}' for s in (0, 1, 2))
     assert f'| cond | 0.001 | 0, 1, 2 | {cond["mean"]:.1f} ± {cond["std"]:.1f} ({values}) |' in table
-    for name in ('ap_vs_lr.png', 'loss.png', 'kappa.png'):
+    for name in ('ap_vs_lr.png', 'seeds.png', 'loss.png', 'kappa.png'):
         assert (out_dir / name).read_bytes()[:4] == b'\x89PNG'
 
 

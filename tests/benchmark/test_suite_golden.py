@@ -71,5 +71,5 @@ def test_gathered_table_and_json_are_those_pinned(tmp_path):
                 f.write(text)
         with open(golden) as f:
             assert text == f.read(), f'{name} differs from {golden}'
-    for name in ('ap_vs_lr.png', 'loss.png', 'kappa.png'):
+    for name in ('ap_vs_lr.png', 'seeds.png', 'loss.png', 'kappa.png'):
         assert (out_dir / name).read_bytes()[:4] == b'\x89PNG'

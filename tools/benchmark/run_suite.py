@@ -40,8 +40,9 @@ Writes to OUT_DIR: suite.md (every rate on the selection seeds, or on the seeds 
 variant at its chosen rate on the reported seeds; the validations during training), with means, per-seed
 values, paired differences to each variant's reference (95 % t interval, exact sign-flip p, Holm over the
 family), final loss, plateau escapes, divergences and failures; suite.json (every cell's values and curves,
-and the aggregates); ap_vs_lr.png, loss.png and kappa.png (loss and kappa curves at each variant's chosen
-rate, where the configs record kappa); and prints the tables.
+and the aggregates); ap_vs_lr.png; seeds.png (each reported seed's metric across the variants, and the
+validations during training); loss.png and kappa.png (loss and kappa curves at each variant's chosen rate,
+where the configs record kappa); and prints the tables.
 """
 import argparse
 import os
@@ -228,7 +229,7 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     paths = {name: osp.join(args.out_dir, name) for name in REPORT_FILES}
     table = write_tables(suite, result, args.out_dir)
-    plot(suite, cells, result['rows'], result['best'], paths)
+    plot(suite, cells, result['rows'], result['best'], result['validation'], paths)
     print('\n' + table)
     print('wrote ' + ', '.join(paths.values()))
     failed = [cell for cell in cells if cell.status in ('failed', 'missing')]
