@@ -2,10 +2,12 @@
 at a held token scale (demo_dose_norm_swin.py) and the XCiT pairs: what they ask the runner to train, at which
 rates and seeds, on which schedule and data, and that each arm's model builds and runs."""
 import os.path as osp
+from types import SimpleNamespace
 
 import pytest
 import torch
 from mmdet.registry import MODELS
+from mmengine.runner.loops import EpochBasedTrainLoop
 from mmengine.runner.utils import calc_dynamic_intervals
 
 import condtok_mm  # noqa: F401  (registration)
@@ -25,12 +27,15 @@ def stage(suite, name, out_dir, cells=()):
 
 
 def validated_epochs(train_cfg):
-    """The epochs mmengine's EpochBasedTrainLoop validates after (its run loop's rule, mmengine 0.10)."""
+    """The epochs mmengine's EpochBasedTrainLoop validates after: its run loop's test, with the interval its own
+    _decide_current_val_interval sets after each epoch (mmengine 0.10)."""
     milestones, intervals = calc_dynamic_intervals(train_cfg.val_interval, train_cfg.get('dynamic_intervals'))
+    loop = SimpleNamespace(dynamic_milestones=milestones, dynamic_intervals=intervals)
     epochs = []
     for epoch in range(1, train_cfg.max_epochs + 1):  # the loop's self._epoch after the epoch
-        interval = intervals[sum(m <= epoch for m in milestones) - 1]
-        if epoch % interval == 0 or epoch == train_cfg.max_epochs:
+        loop.epoch = epoch
+        EpochBasedTrainLoop._decide_current_val_interval(loop)
+        if epoch % loop.val_interval == 0 or epoch == train_cfg.max_epochs:
             epochs.append(epoch)
     return epochs
 
@@ -137,7 +142,7 @@ def test_the_dose_suite_reports_every_dose_at_rates_fixed_in_advance_and_reuses_
     decisive_cells = {(c.variant, c.seed): c for c in stage(decisive, 'report', tmp_path)[0]}
     for cell in cells:
         if cell.variant in ('B_conditioned', 'D_norm_matched'):
-            assert fingerprint(cell) == fingerprint(decisive_cells[cell.variant, cell.seed])
+            assert fingerprint(cell, REPO_ROOT) == fingerprint(decisive_cells[cell.variant, cell.seed], REPO_ROOT)
 
 
 def test_the_norm_matched_doses_keep_the_token_scale_and_the_plain_ones_grow_it_as_kappa_falls(tmp_path):

@@ -14,7 +14,9 @@ cfg_options = {
     'val_evaluator.ann_file': _data + 'annotations/instances_val.json',
     'test_evaluator.ann_file': _data + 'annotations/instances_val.json',
     'train_cfg.val_interval': 3,
-    'train_cfg.dynamic_intervals': [(7, 100)],  # from epoch 7 on no validation but mmengine's last-epoch one
+    # no validation after epoch 6 but mmengine's last-epoch one: its loop takes the interval of epoch e + 1 after
+    # epoch e (mmengine/runner/loops.py, _decide_current_val_interval), so the switch is at 8 for 6 to validate
+    'train_cfg.dynamic_intervals': [(8, 100)],
     'default_hooks.checkpoint.interval': 1,
     'default_hooks.checkpoint.max_keep_ckpts': 1,
     'custom_hooks.0.interval': 50,  # AttentionConditioningHook: kappa curves at 12 points
