@@ -2,10 +2,14 @@
 cell only when it is the cell asked for.
 
 The fingerprint of a cell is its resolved config (the config file after every --cfg-options, as
-tools/train.py reads it; canonical JSON), its options, seed, learning rate and the condtok_mm version. The
-work dir is not part of it: a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is
-the same cell when these agree.
+tools/train.py reads it; canonical JSON), its options, seed, learning rate, the condtok_mm version and the
+SHA-256 of the files the config reads that can change under the same path: the checkpoints it loads
+(``init_cfg.checkpoint``, ``load_from``; a pretrained backbone trained again is another cell) and the annotation
+files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work dir is not part of it:
+a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same cell when these agree.
 """
+import functools
+import hashlib
 import json
 import os
 import os.path as osp
@@ -14,7 +18,8 @@ from condtok_mm.version import __version__
 from .plan import resolved_config
 
 FINGERPRINT_FILE = 'suite_cell.json'
-FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version')
+FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
+INPUT_KEYS = ('checkpoint', 'load_from', 'ann_file')  # config keys naming a file the cell reads
 SHOWN_CONFIG_KEYS = 6  # differing config keys named in a message (the shallowest first); the rest are counted
 
 
@@ -23,10 +28,49 @@ def canonical(value):
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
 
 
-def fingerprint(cell):
-    cfg = resolved_config(cell.config_path, cell.options)
-    return dict(config=canonical(cfg.to_dict()), options=list(cell.options), seed=cell.seed, lr=cell.lr,
-                version=__version__)
+def input_files(config, prefix=''):
+    """{dotted key: path} of the files a config dict names under INPUT_KEYS: an ``ann_file`` joined to the
+    ``data_root`` beside it (as mmengine's BaseDataset does), the other paths as written."""
+    files = {}
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key in INPUT_KEYS and isinstance(value, str) and value:
+                root = config.get('data_root') if key == 'ann_file' else None
+                files[prefix + key] = osp.join(root, value) if isinstance(root, str) else value
+            else:
+                files.update(input_files(value, f'{prefix}{key}.'))
+    elif isinstance(config, (list, tuple)):
+        for i, value in enumerate(config):
+            files.update(input_files(value, f'{prefix}{i}.'))
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def sha256(path, size, mtime_ns):
+    """The file's SHA-256, once per (path, size, modification time) in a run."""
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(functools.partial(f.read, 1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_digest(path, root):
+    """'sha256:HEX' of a local file (relative paths from ``root``, where the tools run), or None for what is
+    not one (a URL, a file that is not there yet)."""
+    full = path if osp.isabs(path) else osp.join(root, path)
+    if not osp.isfile(full):
+        return None
+    stat = os.stat(full)
+    return 'sha256:' + sha256(osp.realpath(full), stat.st_size, stat.st_mtime_ns)
+
+
+def fingerprint(cell, root):
+    """The cell's fingerprint; ``root`` is the directory its commands run in (relative paths start there)."""
+    cfg = canonical(resolved_config(cell.config_path, cell.options).to_dict())
+    inputs = {key: dict(path=path, digest=file_digest(path, root)) for key, path in input_files(cfg).items()}
+    return dict(config=cfg, options=list(cell.options), seed=cell.seed, lr=cell.lr, version=__version__,
+                inputs=inputs)
 
 
 def fingerprint_path(cell):
@@ -82,6 +126,16 @@ def differences(recorded, current):
     for key in ('seed', 'lr', 'version'):
         if recorded[key] != current[key]:
             lines.append(f'{key}: {recorded[key]!r} recorded, {current[key]!r} now')
+    if recorded['inputs'] is None:
+        lines.append('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather or resume '
+                     'it with the commit it ran at, or --rerun-changed)')
+    else:
+        old_inputs, new_inputs = recorded['inputs'], current['inputs']
+        for key in sorted(set(old_inputs) | set(new_inputs)):
+            was, now = old_inputs.get(key) or {}, new_inputs.get(key) or {}
+            if was.get('digest') != now.get('digest'):
+                lines.append(f'input {key}: {was.get("digest") or "<none>"} recorded, '
+                             f'{now.get("digest") or "<none>"} now ({now.get("path") or was["path"]})')
     return lines
 
 

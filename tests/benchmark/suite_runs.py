@@ -72,7 +72,7 @@ def record_fingerprints(suite_path, out_dir, cfg_options=()):
             new, _ = cells_of_stage(suite, phase, stage, phases, cells, str(out_dir), list(cfg_options))
             for cell in new:
                 if osp.isdir(cell.work_dir):
-                    write_fingerprint(cell, fingerprint(cell))
+                    write_fingerprint(cell, fingerprint(cell, REPO_ROOT))
                 cell.results = cell_results(cell, suite.escape)
             cells += new
 

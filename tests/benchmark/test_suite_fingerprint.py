@@ -1,8 +1,9 @@
 """condtok_mm/benchmark/fingerprint.py: a suite uses a cell of its out dir only when the cell records the
 fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.py has the runner's own cells)."""
+import hashlib
 import json
 
-from condtok_mm.benchmark.fingerprint import differences
+from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE, differences, input_files
 from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
@@ -76,9 +77,9 @@ def test_cells_without_a_fingerprint_are_refused_unless_accepted_and_then_named(
 
 def test_differences_name_config_keys_options_seed_rate_and_version():
     recorded = dict(config=dict(model=dict(a=1, b=[1, 2], c=dict(d='x'))), options=['k=1', 'j=2'], seed=0, lr=1e-3,
-                    version='0.1.0')
+                    version='0.1.0', inputs={})
     current = dict(config=dict(model=dict(a=1, b=[1, 3], e=5)), options=['k=1', 'm=3'], seed=1, lr=1e-3,
-                   version='0.2.0')
+                   version='0.2.0', inputs={})
     assert differences(recorded, current) == [  # the shallowest keys first
         "config model.b: [1, 2] recorded, [1, 3] now", "config model.e: '<absent>' recorded, 5 now",
         "config model.c.d: 'x' recorded, '<absent>' now", 'options: -j=2, +m=3', 'seed: 0 recorded, 1 now',
@@ -88,3 +89,76 @@ def test_differences_name_config_keys_options_seed_rate_and_version():
         'options: the same options in another order (the last of a key wins)']
     many = dict(recorded, config={f'k{i}': i for i in range(9)})
     assert differences(many, dict(many, config={}))[-1] == 'config: 3 more keys differ'
+
+
+def test_the_files_a_config_reads_are_its_checkpoints_and_its_annotations_under_their_data_root():
+    config = dict(load_from='work_dirs/a.pth', model=dict(backbone=dict(init_cfg=dict(
+        type='Pretrained', checkpoint='https://example.org/swin.pth', prefix='backbone.'))),
+        train_dataloader=dict(dataset=dict(type='RepeatDataset', dataset=dict(
+            data_root='data/shapes/', ann_file='annotations/train.json'))),
+        val_evaluator=[dict(type='CocoMetric', ann_file='data/shapes/annotations/val.json')],
+        test_dataloader=dict(dataset=dict(data_root='data/coco/', ann_file='/abs/val.json')))
+    assert input_files(config) == {
+        'load_from': 'work_dirs/a.pth', 'model.backbone.init_cfg.checkpoint': 'https://example.org/swin.pth',
+        'train_dataloader.dataset.dataset.ann_file': 'data/shapes/annotations/train.json',
+        'val_evaluator.0.ann_file': 'data/shapes/annotations/val.json',
+        'test_dataloader.dataset.ann_file': '/abs/val.json'}
+
+
+def input_suite(tmp_path):
+    """A suite whose two cells (one seed) read a checkpoint and an annotation file of the test's own, written
+    with their cells; returns (suite path, out dir, checkpoint, annotation file)."""
+    checkpoint, annotations = tmp_path / 'pretrained.pth', tmp_path / 'data' / 'train.json'
+    annotations.parent.mkdir()
+    checkpoint.write_bytes(b'weights')
+    annotations.write_text('{"images": []}')
+    out_dir = tmp_path / 'out'
+    for variant in ('baseline', 'cond'):
+        write_cell(str(out_dir), variant, 1e-3, 0, 0.1, 0.05, [2.0, 1.0])
+    path = write_suite(tmp_path / 'a.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
+                       seeds=(0, ), lrs=(1e-3, ), cfg_options={
+                           'train_cfg.max_epochs': 1, 'load_from': str(checkpoint),
+                           'train_dataloader.dataset.data_root': str(annotations.parent) + '/',
+                           'train_dataloader.dataset.ann_file': 'train.json'})
+    record_fingerprints(path, out_dir)
+    return path, out_dir, checkpoint, annotations
+
+
+def test_each_cell_records_the_sha256_of_its_checkpoint_and_annotations(tmp_path):
+    path, out_dir, checkpoint, annotations = input_suite(tmp_path)
+    record = json.loads((out_dir / 'cond' / 'lr0.001' / 'seed0' / FINGERPRINT_FILE).read_text())
+    assert record['inputs']['load_from'] == dict(
+        path=str(checkpoint), digest='sha256:' + hashlib.sha256(b'weights').hexdigest())
+    assert record['inputs']['train_dataloader.dataset.ann_file'] == dict(
+        path=str(annotations), digest='sha256:' + hashlib.sha256(b'{"images": []}').hexdigest())
+    assert gather(path, out_dir).returncode == 0
+
+
+def test_a_checkpoint_or_annotation_file_changed_under_the_same_path_is_another_cell(tmp_path):
+    path, out_dir, checkpoint, annotations = input_suite(tmp_path)
+    checkpoint.write_bytes(b'weights trained again')
+    result = gather(path, out_dir)
+    assert result.returncode == 1 and result.stderr.count('is not the cell this suite asks for') == 2
+    new = hashlib.sha256(b'weights trained again').hexdigest()
+    assert f'input load_from: sha256:{hashlib.sha256(b"weights").hexdigest()} recorded, sha256:{new} now ' \
+        f'({checkpoint})' in result.stderr
+    checkpoint.write_bytes(b'weights')  # the same bytes again: the same cells
+    assert gather(path, out_dir).returncode == 0
+    annotations.unlink()
+    result = gather(path, out_dir)
+    assert result.returncode == 1
+    assert result.stderr.count('input train_dataloader.dataset.ann_file: sha256:') == 2
+    assert f'recorded, <none> now ({annotations})' in result.stderr
+
+
+def test_a_cell_recorded_before_inputs_were_hashed_is_refused_with_how_to_use_it(tmp_path):
+    path, out_dir, _, _ = input_suite(tmp_path)
+    for variant in ('baseline', 'cond'):
+        record_path = out_dir / variant / 'lr0.001' / 'seed0' / FINGERPRINT_FILE
+        record = json.loads(record_path.read_text())
+        del record['inputs']
+        record_path.write_text(json.dumps(record))
+    result = gather(path, out_dir)
+    assert result.returncode == 1
+    assert result.stderr.count('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather '
+                               'or resume it with the commit it ran at, or --rerun-changed)') == 2

@@ -26,8 +26,8 @@ Launchers (condtok_mm/benchmark/launch.py): none (tools/train.py, tools/test.py,
 pytorch (tools/dist_train.sh / dist_test.sh, --nproc processes a cell), slurm (tools/slurm_train.sh /
 slurm_test.sh, GPUS=--nproc).
 
-Each cell records its fingerprint (resolved config, options, seed, rate, condtok_mm version) in
-WORK_DIR/suite_cell.json when it starts. --resume reuses finished cells, tests trained ones and resumes
+Each cell records its fingerprint (resolved config, options, seed, rate, condtok_mm version, the SHA-256 of
+the checkpoints and annotation files it reads) in WORK_DIR/suite_cell.json when it starts. --resume reuses finished cells, tests trained ones and resumes
 interrupted ones from their last checkpoint, each only when its fingerprint is this suite's; a cell that
 differs stops the runner with its name and what differs (--rerun-changed sets it aside to WORK_DIR.changed-N
 and runs it again), and so does a cell that records none (--accept-unfingerprinted uses it as it is, and
@@ -160,7 +160,7 @@ def run_step(suite, step, new, args):
                      f'(e.g. {started[0].work_dir}); use --resume to continue them (finished cells are '
                      'kept) or another --out-dir')
     for cell in new:
-        cell.fingerprint = fingerprint(cell)
+        cell.fingerprint = fingerprint(cell, REPO_ROOT)
     unrecorded = reusable(suite, new, states, args)
     pending = [cell for cell in new if states[id(cell)] != 'finished']
     for cell in new:
