@@ -79,9 +79,12 @@ def ramp_hooks(cfg):
 def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
     suite, cells = generated(DEMO_SUITE, tmp_path)
     assert list(suite.variants) == ARMS + ['scratch_conditioned'] and suite.reference == 'P0_baseline'
-    assert (suite.selection_seeds, suite.seeds, suite.metric) == ([0, 1, 2], [3, 4, 5], 'coco/bbox_mAP')
+    assert (suite.selection_seeds, suite.seeds, suite.metric) == ([0, 1], [3, 4, 5, 6, 7, 8], 'coco/bbox_mAP')
+    assert suite.lrs == [2.5e-4, 1e-3] and suite.variants['scratch_conditioned'].lrs == [1e-3]
+    assert all(suite.variants[name].tuned for name in ARMS) and not suite.variants['scratch_conditioned'].tuned
     for name, (train, cfg) in cells.items():
-        assert f'randomness.seed={suite.seeds[0]}' in train and f'optim_wrapper.optimizer.lr={suite.lrs[0]!r}' in train
+        lr = (suite.variants[name].lrs or suite.lrs)[0]
+        assert f'randomness.seed={suite.seeds[0]}' in train and f'optim_wrapper.optimizer.lr={lr!r}' in train
         # the demo's own 12-epoch schedule, evaluated once by tools/test.py, every iteration's loss logged unsmoothed
         assert cfg.train_cfg.max_epochs == 12 and cfg.train_cfg.val_interval == 13
         assert [s.milestones for s in cfg.param_scheduler if s.type == 'MultiStepLR'] == [[9, 11]]
