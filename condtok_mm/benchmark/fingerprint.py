@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import os.path as osp
+import subprocess
 
 from condtok_mm.version import __version__
 from .plan import resolved_config
@@ -77,12 +78,36 @@ def fingerprint_path(cell):
     return osp.join(cell.work_dir, FINGERPRINT_FILE)
 
 
-def write_fingerprint(cell, record):
+@functools.lru_cache(maxsize=None)
+def source_commit(root):
+    """The git commit of the checkout at ``root`` ('+changes' when tracked files differ from it), or None
+    outside a git checkout: recorded beside a fingerprint, not part of it (a commit that only changes the docs
+    makes the same cells), so that suite.md can say which code its cells ran."""
+    def git(*args):
+        return subprocess.run(['git', '-C', root, *args], capture_output=True, text=True)
+    head = git('rev-parse', '--short=12', 'HEAD')
+    if head.returncode != 0:
+        return None
+    changed = git('status', '--porcelain', '--untracked-files=no').stdout.strip()
+    return head.stdout.strip() + ('+changes' if changed else '')
+
+
+def write_fingerprint(cell, record, commit=None):
+    """Record the cell's fingerprint, and the commit its commands run (None: not known), in its work dir."""
     os.makedirs(cell.work_dir, exist_ok=True)
     path = fingerprint_path(cell)
     with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, **record), f, indent=1)
+        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, **record), f, indent=1)
     os.replace(path + '.tmp', path)  # never a half-written record
+
+
+def recorded_commit(cell):
+    """The commit a cell's record names, or None (not recorded, or no record)."""
+    path = fingerprint_path(cell)
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get('commit')
 
 
 def recorded_fingerprint(cell):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
-from .fingerprint import write_fingerprint
+from .fingerprint import source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -124,7 +124,7 @@ def run_cell(cell, args, slot, root, children):
     """Record the cell's fingerprint, train (or resume) and test it; returns the cell with its status and wall
     time ('interrupted' when :meth:`Children.stop` ended or skipped a command)."""
     os.makedirs(cell.work_dir, exist_ok=True)
-    write_fingerprint(cell, cell.fingerprint)
+    write_fingerprint(cell, cell.fingerprint, commit=source_commit(root))
     start = time.perf_counter()
     state = cell_state(cell)
     cell.resume = state == 'interrupted'

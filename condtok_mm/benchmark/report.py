@@ -1,9 +1,11 @@
 """The report of a suite: the markdown tables (per variant and rate, each variant at its chosen rate, the
 validations during training) and the JSON summary (every cell's values and curves, and the aggregates)."""
+import collections
 import dataclasses
 import json
 import os.path as osp
 
+from .fingerprint import recorded_commit
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
@@ -123,7 +125,9 @@ def markdown(suite, rows, best, result):
               f'); —: did not. Diverged: a non-finite loss, or a failure on non-finite values. Cells: '
               f'{result["cells"]}, {result["ran"]} run now, {result["reused"]} reused; wall time '
               f'{result["wall_s"] / 60:.1f} min on {machine["cpu"]} ({machine["usable_cpus"]} usable CPUs), '
-              f'launcher {result["launcher"]}, {result["jobs"]} cell(s) at a time. Command: `{result["command"]}`']
+              f'launcher {result["launcher"]}, {result["jobs"]} cell(s) at a time. Commits the cells ran at: '
+              + (', '.join(f'{commit} ({n})' for commit, n in result['commits'].items()) or 'none') +
+              f'. Command: `{result["command"]}`']
     if result['unfingerprinted']:
         lines += ['', f'Reused without a fingerprint (--accept-unfingerprinted; not checked to be the cells this suite '
                   f'asks for): {", ".join(result["unfingerprinted"])}.']
@@ -139,7 +143,15 @@ def summary_of(suite, cells, run):
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
                 family=suite.family, escape=dataclasses.asdict(suite.escape), rows=rows, best=best,
-                validation=validation_rows(suite, cells, best), cells_detail=[cell.to_json() for cell in cells])
+                validation=validation_rows(suite, cells, best), commits=commits_of(cells),
+                cells_detail=[cell.to_json() for cell in cells])
+
+
+def commits_of(cells):
+    """{commit: number of cells} of the cells that have a work dir ('not recorded' for a record without one)."""
+    commits = collections.Counter(recorded_commit(cell) or 'not recorded' for cell in cells
+                                  if osp.isdir(cell.work_dir))
+    return dict(sorted(commits.items()))
 
 
 def write_tables(suite, result, out_dir):

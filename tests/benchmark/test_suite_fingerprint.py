@@ -2,8 +2,9 @@
 fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.py has the runner's own cells)."""
 import hashlib
 import json
+import subprocess
 
-from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE, differences, input_files
+from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE, differences, input_files, source_commit
 from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
@@ -162,3 +163,32 @@ def test_a_cell_recorded_before_inputs_were_hashed_is_refused_with_how_to_use_it
     assert result.returncode == 1
     assert result.stderr.count('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather '
                                'or resume it with the commit it ran at, or --rerun-changed)') == 2
+
+
+def test_the_commit_beside_a_fingerprint_is_the_checkouts_marked_when_tracked_files_changed(tmp_path):
+    def git(*args):
+        subprocess.run(['git', '-C', str(tmp_path), *args], check=True, capture_output=True)
+    assert source_commit(str(tmp_path)) is None  # not a git checkout
+    git('init', '-q')
+    (tmp_path / 'a.py').write_text('x = 1\n')
+    git('add', 'a.py')
+    git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'a')
+    head = subprocess.run(['git', '-C', str(tmp_path), 'rev-parse', '--short=12', 'HEAD'], capture_output=True,
+                          text=True).stdout.strip()
+    for change, expected in ((None, head), ('untracked.py', head), ('a.py', head + '+changes')):
+        if change:
+            (tmp_path / change).write_text('y = 2\n')
+        source_commit.cache_clear()
+        assert source_commit(str(tmp_path)) == expected
+    source_commit.cache_clear()
+
+
+def test_suite_md_says_which_commits_its_cells_ran_at(tmp_path):
+    path, out_dir = written_suite(tmp_path)
+    for variant, seed, commit in (('baseline', 0, 'abc'), ('baseline', 1, 'abc'), ('cond', 0, 'def+changes')):
+        record_path = out_dir / variant / 'lr0.001' / f'seed{seed}' / FINGERPRINT_FILE
+        record_path.write_text(json.dumps(dict(json.loads(record_path.read_text()), commit=commit)))
+    assert gather(path, out_dir).returncode == 0
+    assert json.loads((out_dir / 'suite.json').read_text())['commits'] == {
+        'abc': 2, 'def+changes': 1, 'not recorded': 1}
+    assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1).' in (out_dir / 'suite.md').read_text()
