@@ -3,13 +3,19 @@ outputs, the plain backbones' outputs, the layout finders' answers and the resol
 
 tests/golden/layout/ was written by this file (``python tests/test_layout_golden.py``) on the commit before
 the layout code moved into condtok_mm/models/layout.py and the demos' shapes dataset into configs/demo/_base_/
-(issue 20); the tests compare today's values with it bit for bit (floats, tensors, log lines), in one thread
-so that the CPU kernels reduce in one order. The records of conditioned models (the ``conditioned`` cases)
+(issue 20), on a CPU with AVX-512; the tests compare today's values with it in one thread, so that the CPU
+kernels reduce in one order: structure, keys and text exactly, numbers as far as float32 on another CPU
+reproduces them (see numbers_agree): on an AVX2 CPU MKL rounds otherwise, and the kappa of an attention map or
+of raw tokens, computed in float32 through random models, moves by up to 12 % below 1e4 and by orders of
+magnitude above (1.2e7 against 1.4e6: round-off decides them).
+The records of conditioned models (the ``conditioned`` cases)
 also depend on the conditioner's numbers (condtok_mm/conditioning), the others do not.
 """
 import glob
 import json
+import math
 import os.path as osp
+import re
 import sys
 from types import SimpleNamespace
 
@@ -234,15 +240,68 @@ def as_json(value):
     return json.loads(json.dumps(value))
 
 
+# (largest |golden value|, relative tolerance): conditioned tokens' kappa, scales and weights' kappa to 1e-3 (they
+# follow from raw tokens of kappa up to 1e7, whose small directions round-off sets: 1.8414 against 1.8409 on AVX2);
+# the kappa of attention maps to 25 % (4259 against 3803); above ROUND_OFF_DECIDES only that the value is as large
+TOLERANCES = ((10.0, 1e-3), (1e4, 0.25))
+ROUND_OFF_DECIDES = 1e4
+ROUND_OFF = 1e-4
+
+
+def numbers_agree(got, want):
+    for largest, tolerance in TOLERANCES:
+        if abs(want) <= largest:
+            return math.isclose(got, want, rel_tol=tolerance, abs_tol=tolerance)
+    return got > ROUND_OFF_DECIDES if want > 0 else got < -ROUND_OFF_DECIDES
+
+
+NUMBER = re.compile(r'[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?')
+
+
+def differences_from_golden(got, want, path=''):
+    """Where ``got`` differs from the golden ``want`` (see the module): a list of 'path: got != want'."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        if set(got) != set(want):
+            return [f'{path}: keys {sorted(set(got) ^ set(want))} differ']
+        return [d for key in want for d in differences_from_golden(got[key], want[key], f'{path}/{key}')]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return [f'{path}: {len(got)} items != {len(want)}']
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences_from_golden(g, w, f'{path}[{i}]')]
+    if isinstance(want, str) and isinstance(got, str):
+        got_numbers, want_numbers = NUMBER.findall(got), NUMBER.findall(want)
+        # the text with each number as '#' and runs of spaces as one (a column's width follows its numbers)
+        same_text = NUMBER.sub('#', got).split() == NUMBER.sub('#', want).split()
+        if not same_text or len(got_numbers) != len(want_numbers) or not all(
+                numbers_agree(float(g), float(w)) for g, w in zip(got_numbers, want_numbers)):
+            return [f'{path}: {got!r} != {want!r}']
+        return []
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return [] if numbers_agree(got, want) else [f'{path}: {got!r} != {want!r}']
+    return [] if got == want else [f'{path}: {got!r} != {want!r}']
+
+
+def test_the_golden_comparison_allows_round_off_and_nothing_else():
+    want = {'kappa/a': 1.84, 'kappa/b': 3803.0, 'kappa/c': 1.4e6, 'lines': ['stage0 kappa 2 (scale x2.41) 1.68e+07']}
+    near = {'kappa/a': 1.8414, 'kappa/b': 4259.0, 'kappa/c': 1.2e7, 'lines': ['stage0 kappa  2 (scale x2.41) 1.89e+07']}
+    assert differences_from_golden(near, want) == []
+    for key, wrong in (('kappa/a', 1.85), ('kappa/b', 6000.0), ('kappa/c', 37.0),
+                       ('lines', ['stage1 kappa 2 (scale x2.41) 1.68e+07']),
+                       ('lines', ['stage0 kappa 2 (scale x2.5) 1.68e+07'])):
+        assert len(differences_from_golden({**near, key: wrong}, want)) == 1, key
+    assert differences_from_golden({**near, 'kappa/d': 1.0}, want) == [": keys ['kappa/d'] differ"]
+
+
 @pytest.mark.parametrize('name', sorted(PROBE_CASES))
 def test_probe_records_are_the_golden_ones(name):
-    assert as_json(probe_records(name)) == load_json('probe_records.json')[name]
+    assert differences_from_golden(as_json(probe_records(name)), load_json('probe_records.json')[name]) == []
 
 
 @pytest.mark.parametrize('name', sorted(HOOK_CASES))
 def test_hook_records_and_log_lines_are_the_golden_ones(name):
     hook_cfg, model_cfg, size, valid = HOOK_CASES[name]
-    assert as_json(hook_records(hook_cfg, model_cfg, size, valid)) == load_json('hook_records.json')[name]
+    assert differences_from_golden(as_json(hook_records(hook_cfg, model_cfg, size, valid)),
+                                   load_json('hook_records.json')[name]) == []
 
 
 @pytest.mark.parametrize('name', sorted(SPECTRAL_CASES))
@@ -250,8 +309,8 @@ def test_spectral_wrapper_outputs_are_the_golden_ones(name):
     golden = torch.load(osp.join(GOLDEN, 'spectral_outputs.pt'), weights_only=True)[name]
     outputs = spectral_outputs(name)
     assert len(outputs) == len(golden)
-    for got, want in zip(outputs, golden):
-        assert torch.equal(got, want)
+    for got, want in zip(outputs, golden):  # float32 round-off, relative to each output's largest value
+        torch.testing.assert_close(got, want, rtol=ROUND_OFF, atol=ROUND_OFF * float(want.abs().max()))
 
 
 @pytest.mark.parametrize('name', sorted(FINDER_CASES))

@@ -1,7 +1,11 @@
 """The float64 reference path (method='gram' with its canonical null-space completion, method='svd') is the
 test oracle of the batched path, so it must not move: its outputs on a fixed set of inputs were recorded
-before the conditioning was split into a package (tests/golden/reference_golden.npz) and are compared bit for
-bit. Regenerate only for an intended change of the reference:
+before the conditioning was split into a package (tests/golden/reference_golden.npz, on a CPU with AVX-512) and
+are compared to round-off (ROUND_OFF of each output's largest value: on an AVX2 CPU MKL gives other last bits,
+4e-8 relative in float32 outputs, 3e-15 in float64 ones). Tokens that are all equal are interchangeable: which
+of them carries which lifted null direction is round-off's choice (the AVX2 CPU picks others), so for them the
+Gram matrix (X + C)^T (X + C) and the singular values are compared. Regenerate only for an intended change of the
+reference:
     PYTHONPATH=$PWD python tests/test_reference_golden.py
 """
 import os.path as osp
@@ -62,13 +66,24 @@ def _outputs():
     return {key: value.detach().numpy() for key, value in out.items()}
 
 
-def test_reference_path_is_bit_for_bit_the_recorded_one():
+ROUND_OFF = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-12}
+INTERCHANGEABLE_TOKENS = ('constant', )
+
+
+def test_reference_path_is_the_recorded_one_to_round_off():
     want = np.load(GOLDEN, allow_pickle=False)
     got = _outputs()
     assert sorted(got) == sorted(want.files)
     for key, value in got.items():
-        assert value.dtype == want[key].dtype and value.shape == want[key].shape, key
-        assert np.array_equal(value, want[key]), (key, np.abs(value - want[key]).max())
+        expected = want[key]
+        assert value.dtype == expected.dtype and value.shape == expected.shape, key
+        if key.split('/')[-1] in INTERCHANGEABLE_TOKENS:
+            value, expected = value.astype(np.float64), expected.astype(np.float64)
+            np.testing.assert_allclose(np.linalg.svd(value, compute_uv=False),
+                                       np.linalg.svd(expected, compute_uv=False), rtol=1e-6, err_msg=key)
+            value, expected = value.swapaxes(-1, -2) @ value, expected.swapaxes(-1, -2) @ expected
+        tolerance = ROUND_OFF[np.dtype(want[key].dtype)] * np.abs(expected).max()
+        np.testing.assert_allclose(value, expected, rtol=0, atol=tolerance, err_msg=key)
 
 
 if __name__ == '__main__':

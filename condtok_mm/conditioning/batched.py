@@ -25,7 +25,8 @@ lifted (see SHIFT). Z^T u and Z F^T (I + M) cost O(N d): prefix sums at the band
 atomics: deterministic).
 
 Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
-loops over the stack and reads its error info back: one host sync per call, not per image). 'newton_schulz'
+loops over the stack and reads its error info back: one host sync per call, not per image); on stacks of at most
+ACCURATE_ROWS x d rows the singular values are the column norms of u~ V, not sqrt(lambda). 'newton_schulz'
 (sigma_max only): s~_1 from trace powers (:func:`.matrix_functions.largest_eigenvalue_bound`, an upper bound, so
 kappa(X + C) <= t holds by construction) and (G~ + delta I)^(-1/2) from a fixed number of coupled Newton-Schulz
 steps: matmuls only, no host sync, capturable in a CUDA graph.
@@ -51,6 +52,13 @@ TAU = 1e-5
 # Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
 # h finite; its smallest eigenvalues can lie well below rho^2 when n is close to d (a square X: about rho^2 / n^2).
 SHIFT, SHIFT_FULL = 1e-4, 1e-10
+# Stacks of at most ACCURATE_ROWS x d token rows (windows, small images) take their singular values from u~ V rather
+# than from the eigenvalues (one more L x d x d product: cheap there, and where n is close to d the smallest
+# eigenvalue of G~, about rho^2 / n^2, is below eigh's resolution eps s_1^2 relative to it); taller stacks have
+# eigenvalues of at least about rho^2, resolved to eps / TAU^2 = 2e-6, and skip the product. The choice follows the
+# padded length, so an image alone and in a padded batch can differ by that resolution (6e-10 relative measured,
+# below float32's): the price of keeping the product off large images.
+ACCURATE_ROWS = 4
 # Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
 _NEWTON_SCHULZ_STEPS = newton_schulz_steps(SHIFT_FULL * TAU**2)
 
@@ -158,7 +166,13 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
     # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
     structural = torch.arange(d, device=x.device) < (d - valid_count).unsqueeze(-1)
-    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver)
+    project = None
+    if length_tokens <= ACCURATE_ROWS * d:  # a static choice: the same program for any valid sizes
+        finite_u = torch.where(finite[:, None, None], u, zero)
+
+        def project(v):  # u~ V = u V + rho Z (F^T V)
+            return finite_u @ v + rho[:, None, None] * bands.spread(dct.T @ v)
+    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver, project)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
     band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
     if scale is not None:
@@ -198,7 +212,8 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     gram_reg = regularised @ regularised.transpose(-1, -2)
     gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
     no_structural_zero = torch.zeros(gram_reg.shape[:-1], dtype=torch.bool, device=x.device)  # on this side
-    m_matrix = _spectral_function(gram_reg, rho, SHIFT_FULL * rho**2, no_structural_zero, mode, target_kappa, solver)
+    m_matrix = _spectral_function(gram_reg, rho, SHIFT_FULL * rho**2, no_structural_zero, mode, target_kappa, solver,
+                                  lambda w: regularised.transpose(-1, -2) @ w)  # u~^T W: its norms are u~'s s
     correction = rho[:, None, None] * tokens_dct + m_matrix @ regularised  # C / alpha, in u's units
     if scale is not None:
         correction = correction * scale[:, None, None]
@@ -215,10 +230,13 @@ def _grayed_function(gram: torch.Tensor, epsilon: float) -> torch.Tensor:
     return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
-def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver):
+def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver, project=None):
     """M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``: 'newton_schulz' (sigma_max) shifts by ``delta``;
     'eigh' shifts by SHIFT_FULL rho^2 and sets h = 0 on the eigenvalues marked ``structural`` (S, k), in ascending
-    order (see the module)."""
+    order (see the module). ``project(V)``, where given, is u~ V for G~ = u~^T u~ (or u~^T V on the other side): the
+    singular values are then the norms of its columns, accurate to eps s_1 where s = sqrt(lambda) is only accurate
+    to eps s_1^2 / s (the small singular values of a square, rank-deficient window: kappa 2.0014 measured from
+    sqrt(lambda) on an AVX2 CPU)."""
     if solver == 'newton_schulz':
         upper = largest_eigenvalue_bound(gram)
         c = upper.sqrt() / (target_kappa - 1)
@@ -226,7 +244,8 @@ def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver)
         shifted = gram + delta[:, None, None] * eye
         return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
     lam, v = torch.linalg.eigh(gram)
-    s = (lam.clamp_min(0) + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
+    squares = lam.clamp_min(0) if project is None else project(v).square().sum(-2)
+    s = (squares + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
     s1 = lam[..., -1:].clamp_min(0).sqrt()
     lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
     h = torch.where((s > 0) & ~structural, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
