@@ -103,21 +103,22 @@ def write_fingerprint(cell, record, commit=None):
 
 def recorded_commit(cell):
     """The commit a cell's record names, or None (not recorded, or no record)."""
+    return (cell_record(cell) or {}).get('commit')
+
+
+def cell_record(cell):
+    """The cell's suite_cell.json as a dict, or None where it has none."""
     path = fingerprint_path(cell)
     if not osp.isfile(path):
         return None
     with open(path) as f:
-        return json.load(f).get('commit')
+        return json.load(f)
 
 
 def recorded_fingerprint(cell):
     """The fingerprint the cell's work dir records, or None where it records none."""
-    path = fingerprint_path(cell)
-    if not osp.isfile(path):
-        return None
-    with open(path) as f:
-        record = json.load(f)
-    return {key: record.get(key) for key in FINGERPRINT_KEYS}
+    record = cell_record(cell)
+    return None if record is None else {key: record.get(key) for key in FINGERPRINT_KEYS}
 
 
 def flatten(value, prefix=''):

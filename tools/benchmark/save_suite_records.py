@@ -30,28 +30,29 @@ from condtok_mm.benchmark.results import evaluation, newest  # noqa: E402
 
 
 def finished_cells(out_dir):
-    """The work dirs under ``out_dir`` that hold a fingerprint and an evaluation, sorted."""
-    found = []
+    """{work dir: its newest evaluation JSON} of the work dirs under ``out_dir`` that hold a fingerprint and an
+    evaluation, sorted."""
+    found = {}
     for root, dirs, files in os.walk(out_dir):
         dirs.sort()
-        if FINGERPRINT_FILE in files and evaluation(Cell('', 0, 0, root, '', '')):
-            found.append(root)
+        evaluated = FINGERPRINT_FILE in files and evaluation(Cell('', 0, 0, root, '', ''))
+        if evaluated:
+            found[root] = evaluated[0]
             dirs.clear()  # a finished cell holds no cell
     return found
 
 
-def cell_records(work_dir):
+def cell_records(work_dir, evaluation_path):
     """The files of a finished cell the runner reads: fingerprint, newest test JSON, newest training scalars."""
-    files = [osp.join(work_dir, FINGERPRINT_FILE), evaluation(Cell('', 0, 0, work_dir, '', ''))[0]]
     scalars = newest(osp.join(work_dir, '2*', 'vis_data', 'scalars.json'))
-    return files + ([scalars] if scalars else [])
+    return [osp.join(work_dir, FINGERPRINT_FILE), evaluation_path] + ([scalars] if scalars else [])
 
 
 def save_records(out_dir, record_dir):
     """Copy every finished cell's records and the suite's report files; returns the cells' relative dirs."""
-    cells = [osp.relpath(work_dir, out_dir) for work_dir in finished_cells(out_dir)]
-    for cell in cells:
-        for path in cell_records(osp.join(out_dir, cell)):
+    finished = finished_cells(out_dir)
+    for work_dir, evaluation_path in finished.items():
+        for path in cell_records(work_dir, evaluation_path):
             target = osp.join(record_dir, osp.relpath(path, out_dir))
             os.makedirs(osp.dirname(target), exist_ok=True)
             shutil.copy2(path, target)
@@ -59,7 +60,7 @@ def save_records(out_dir, record_dir):
         if osp.isfile(osp.join(out_dir, name)):
             os.makedirs(record_dir, exist_ok=True)
             shutil.copy2(osp.join(out_dir, name), osp.join(record_dir, name))
-    return cells
+    return [osp.relpath(work_dir, out_dir) for work_dir in finished]
 
 
 def main(argv=None):
