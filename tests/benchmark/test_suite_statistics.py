@@ -151,6 +151,27 @@ def test_the_rate_is_chosen_on_the_selection_seeds_and_reported_on_the_others(tm
             + ' / '.join(f'{v:.1f}' for v in reported) + ') |') in table
 
 
+def test_a_suite_whose_every_rate_is_fixed_says_so_and_not_that_a_choice_biased_it(tmp_path):
+    """The decisive suites fix every arm's rate in advance: the chosen-rate table must not say that a choice made on
+    the reported seeds biased its differences (it would with one tuned arm)."""
+    out_dir = tmp_path / 'out'
+    for variant, lr in (('A', 2.5e-4), ('B', 1e-3)):
+        for seed in REPORTED:
+            write_cell(str(out_dir), variant, lr, seed, bbox_of(variant, lr, seed), bbox_of(variant, lr, seed) / 2,
+                       FALLING)
+    path = tmp_path / 'fixed.py'
+    path.write_text(f"reference = 'A'\nseeds = {list(REPORTED)}\ncfg_options = {{'train_cfg.max_epochs': 1}}\n"
+                    f"variants = dict(A=dict(config={BASELINE!r}, lrs=[2.5e-4]), B=dict(config={CONDITIONED!r}, "
+                    f"lrs=[1e-3]))\n")
+    record_fingerprints(path, out_dir)
+    result = run_runner(str(path), '--out-dir', str(out_dir), '--gather-only')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = (out_dir / 'suite.md').read_text()
+    assert "Each variant at its one learning rate, fixed in advance of these runs; Δ: paired by seed" in table
+    assert 'biased upwards' not in table and 'chosen on the reported seeds' not in table
+    assert '| B | 0.001 | fixed |' in table
+
+
 def test_holm_over_the_declared_family_and_each_arm_against_its_own_reference(tmp_path):
     summary, table = selection_suite(tmp_path)
     best = {entry['variant']: entry for entry in summary['best']}
