@@ -3,7 +3,7 @@
 # state-dict keys) trained by mmpretrain to classify the shapes images by the class of their largest instance
 # (ShapesClassificationDataset). Its own images, not the detection data's (seed 1; the detection data is seed 0):
 #   python tools/dataset/make_shapes.py --out-dir data/shapes_cls/ --seed 1 --num-train 2000 --num-val 200
-#   python tools/train.py configs/demo/swin-mini_1xb32-20e_shapes-cls.py
+#   python tools/train.py configs/demo/swin-mini_1xb32-100e_shapes-cls.py
 # The checkpoint loads as the detector's backbone (configs/demo/mask-rcnn_swin-mini-pretrained_fpn_12e_shapes.py).
 _base_ = 'mmpretrain::_base_/default_runtime.py'
 
@@ -66,7 +66,9 @@ val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader
 test_evaluator = val_evaluator
 
-max_epochs = 20
+# 100 epochs (6300 iterations): at 20 both backbones, with and without conditioning, ended at the majority class's
+# share of the val images (39.5 %, loss at the label prior's entropy): they had learned the prior and nothing else
+max_epochs = 100
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0,
