@@ -110,7 +110,7 @@ def plot(suite, cells, rows, best, validation, paths):
     fig, ax = plt.subplots(figsize=(7.5, 4.8), constrained_layout=True)
     draw(ax, lambda results: results['loss'])
     ax.set_ylabel('training loss (mean over seeds, band min-max)')
-    ax.set_title(f'{suite.name}: training loss at each variant\'s best learning rate', fontsize=10)
+    ax.set_title(f'{suite.name}: training loss at each variant\'s reported learning rate', fontsize=10)
     fig.savefig(paths['loss.png'], dpi=120)
     plt.close(fig)
 
@@ -120,7 +120,7 @@ def plot(suite, cells, rows, best, validation, paths):
         ax.set_yscale('log')
         ax.set_ylabel(f'kappa ({key})')
         ax.set_title(title, fontsize=10)
-    fig.suptitle(f'{suite.name}: condition numbers during training at each variant\'s best learning rate',
+    fig.suptitle(f'{suite.name}: condition numbers during training at each variant\'s reported learning rate',
                  fontsize=10)
     fig.savefig(paths['kappa.png'], dpi=110)
     plt.close(fig)
