@@ -90,16 +90,14 @@ def markdown(suite, rows, best, result):
                      f'{seeds_text(row["diverged"])} | {seeds_text(row["failed"])} |')
     if all(entry['chosen_on'] == 'fixed' for entry in best):
         # nothing is chosen on these runs, so no choice can bias a difference
-        chosen_where = 'Each variant at its one learning rate, fixed in advance of these runs'
-    elif selection:
-        chosen_where = (f'Each variant at its learning rate (by mean {REPORTED_METRICS.get(metric, metric)}, chosen '
-                        f'on the selection seeds ({seeds_text(suite.selection_seeds)}), reported on the seeds '
-                        f'{seeds_text(suite.seeds)})')
+        heading = 'Each variant at its one learning rate, fixed in advance of these runs'
     else:
-        chosen_where = (f'Each variant at its learning rate (by mean {REPORTED_METRICS.get(metric, metric)}, chosen '
-                        f'on the reported seeds themselves ({seeds_text(suite.seeds)}; the suite has no '
-                        'selection_seeds), so that a Δ at a chosen rate is biased upwards by the choice)')
-    lines += ['', f'{chosen_where}; Δ: paired by seed against its reference at the reference\'s rate:', '',
+        chosen_where = (f'chosen on the selection seeds ({seeds_text(suite.selection_seeds)}), reported on the seeds '
+                        f'{seeds_text(suite.seeds)}' if selection else
+                        f'chosen on the reported seeds themselves ({seeds_text(suite.seeds)}; the suite has no '
+                        'selection_seeds), so that a Δ at a chosen rate is biased upwards by the choice')
+        heading = f'Each variant at its learning rate (by mean {REPORTED_METRICS.get(metric, metric)}, {chosen_where})'
+    lines += ['', f'{heading}; Δ: paired by seed against its reference at the reference\'s rate:', '',
               f'| variant | lr | chosen on | seeds | {" | ".join(names)} | Δ {names[0]} vs {suite.reference} | '
               f'p Holm | Δ {second} vs {suite.reference} | final loss | escaped (iteration) |',
               '|---|---|---|---|' + '---|' * len(names) + '---|---|---|---|---|']
