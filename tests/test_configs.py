@@ -37,7 +37,7 @@ CONDITIONING_VARIANTS = {
          {'model.backbone.conditioning.control': 'norm_matched'}),
     'configs/demo/mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
-         {'model.backbone.init_cfg.checkpoint': 'work_dirs/swin-mini-condtok_1xb32-50e_shapes-cls/epoch_50.pth'}),
+         {'model.backbone.init_cfg.checkpoint': 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'}),
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-ramp_fpn_1x_coco.py':
         ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
          {'custom_hooks': [dict(type='AttentionConditioningHook', interval=50),

@@ -15,9 +15,9 @@ from conftest import REPO_ROOT, load_script
 
 DEMO = osp.join(REPO_ROOT, 'configs', 'demo')
 # (classification config, detection config it is the pretraining of)
-PAIRS = [('swin-mini_1xb32-50e_shapes-cls.py', 'mask-rcnn_swin-mini-pretrained_fpn_12e_shapes.py'),  # P0
-         ('swin-mini_1xb32-50e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'),  # P1
-         ('swin-mini-condtok_1xb32-50e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py')]
+PAIRS = [('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-pretrained_fpn_12e_shapes.py'),  # P0
+         ('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'),  # P1
+         ('swin-mini-condtok_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py')]
 
 
 def build(cfg_model, scope):
@@ -77,7 +77,7 @@ def test_every_backbone_weight_of_the_classifier_lands_in_the_detector(tmp_path,
 
 def test_the_conditioned_classifier_and_detector_condition_the_same_tokens():
     """P2's premise: the detector conditions what its backbone was pretrained on, the patch-embedding output."""
-    classification = Config.fromfile(osp.join(DEMO, 'swin-mini-condtok_1xb32-50e_shapes-cls.py')).model.backbone
+    classification = Config.fromfile(osp.join(DEMO, 'swin-mini-condtok_1xb32-20e_shapes-cls.py')).model.backbone
     detection = Config.fromfile(osp.join(DEMO, PAIRS[2][1])).model.backbone
     assert classification.conditioning == detection.conditioning
     assert (classification.targets, detection.condition_stages) == (('patch_embed', ), (0, ))

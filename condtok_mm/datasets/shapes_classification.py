@@ -3,7 +3,7 @@
 It is the pretraining task of the protocol study (pretrain the demo backbone with and without conditioning in
 mmpretrain, then fine-tune it as the detector's backbone). Write its images with their own seed, so that they
 are not the detection data's: ``python tools/dataset/make_shapes.py --out-dir data/shapes_cls/ --seed 1
---num-train 2000 --num-val 200`` (the detection data uses seed 0).
+--num-train 10000 --num-val 500`` (the detection data uses seed 0).
 """
 import json
 import os.path as osp

@@ -3,9 +3,9 @@
 # the shapes classification task (its own images) with and without conditioning, then the demo Mask R-CNN is
 # fine-tuned on data/shapes for the demo's own 12 epochs (600 iterations; warm-up 100) under each protocol:
 #   python tools/dataset/make_shapes.py                                   # detection data (seed 0)
-#   python tools/dataset/make_shapes.py --out-dir data/shapes_cls/ --seed 1 --num-train 2000 --num-val 200
-#   python tools/train.py configs/demo/swin-mini_1xb32-50e_shapes-cls.py          # P0/P1's pretraining
-#   python tools/train.py configs/demo/swin-mini-condtok_1xb32-50e_shapes-cls.py  # P2's pretraining
+#   python tools/dataset/make_shapes.py --out-dir data/shapes_cls/ --seed 1 --num-train 10000 --num-val 500
+#   python tools/train.py configs/demo/swin-mini_1xb32-20e_shapes-cls.py          # P0/P1's pretraining
+#   python tools/train.py configs/demo/swin-mini-condtok_1xb32-20e_shapes-cls.py  # P2's pretraining
 #   python tools/benchmark/run_suite.py configs/suites/demo_protocols_swin.py --jobs 2
 # Other checkpoints: CONDTOK_PRETRAINED=PATH (unconditioned) and CONDTOK_PRETRAINED_CONDITIONED=PATH in the
 # environment of run_suite.py (mmengine's {{$VAR:default}} substitution); suite.json records the paths used.
@@ -36,8 +36,8 @@ cfg_options = {
     'default_hooks.logger.interval': 1,
     'log_processor.window_size': 1,
 }
-_unconditioned = '{{$CONDTOK_PRETRAINED:work_dirs/swin-mini_1xb32-50e_shapes-cls/epoch_50.pth}}'
-_conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:work_dirs/swin-mini-condtok_1xb32-50e_shapes-cls/epoch_50.pth}}'
+_unconditioned = '{{$CONDTOK_PRETRAINED:work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth}}'
+_conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth}}'
 _demo = 'configs/demo/mask-rcnn_swin-mini'
 variants = dict(
     P0_baseline=dict(config=f'{_demo}-pretrained_fpn_12e_shapes.py',

@@ -20,8 +20,8 @@ from test_pretrain_bridge import build, pretrained_classifier
 DEMO_SUITE = 'configs/suites/demo_protocols_swin.py'
 COCO_SUITE = 'configs/suites/coco_protocols_swin-t_1x.py'
 ARMS = ['P0_baseline', 'P1_drop_in', 'P1_ramp', 'P1_norm', 'P2_conditioned_pretraining']
-DEMO_CHECKPOINTS = {'unconditioned': 'work_dirs/swin-mini_1xb32-50e_shapes-cls/epoch_50.pth',
-                    'conditioned': 'work_dirs/swin-mini-condtok_1xb32-50e_shapes-cls/epoch_50.pth'}
+DEMO_CHECKPOINTS = {'unconditioned': 'work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth',
+                    'conditioned': 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'}
 # Each protocol config against P1's, the keys it changes (flattened as tests/test_configs.py flattens them)
 DEMO_P1 = 'configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'
 COCO_P1 = 'configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py'
@@ -142,8 +142,8 @@ def test_protocol_config_differs_from_p1_only_in_its_protocols_keys(path):
 def test_every_fine_tuned_arm_starts_from_the_same_neck_and_heads_for_a_seed(tmp_path):
     condtok_mm.compat.apply()
     checkpoints = {kind: str(tmp_path / f'{kind}.pth') for kind in DEMO_CHECKPOINTS}
-    pretrained_classifier('swin-mini_1xb32-50e_shapes-cls.py', checkpoints['unconditioned'])
-    pretrained_classifier('swin-mini-condtok_1xb32-50e_shapes-cls.py', checkpoints['conditioned'])
+    pretrained_classifier('swin-mini_1xb32-20e_shapes-cls.py', checkpoints['unconditioned'])
+    pretrained_classifier('swin-mini-condtok_1xb32-20e_shapes-cls.py', checkpoints['conditioned'])
     _, cells = generated(DEMO_SUITE, tmp_path)
     initial = {}
     for name, (_, cfg) in cells.items():
