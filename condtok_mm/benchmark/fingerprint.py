@@ -92,18 +92,26 @@ def source_commit(root):
     return head.stdout.strip() + ('+changes' if changed else '')
 
 
-def write_fingerprint(cell, record, commit=None):
-    """Record the cell's fingerprint, and the commit its commands run (None: not known), in its work dir."""
+def write_fingerprint(cell, record, commit=None, wall_s=None):
+    """Record the cell's fingerprint in its work dir, and beside it the commit its commands run (None: not known)
+    and the seconds its train and test commands have taken so far (None: not known)."""
     os.makedirs(cell.work_dir, exist_ok=True)
     path = fingerprint_path(cell)
     with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, **record), f, indent=1)
+        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, **record), f,
+                  indent=1)
     os.replace(path + '.tmp', path)  # never a half-written record
 
 
 def recorded_commit(cell):
     """The commit a cell's record names, or None (not recorded, or no record)."""
     return (cell_record(cell) or {}).get('commit')
+
+
+def recorded_wall_time(cell):
+    """The seconds a cell's record says its commands took, or None (recorded before cells kept their time, or no
+    record)."""
+    return (cell_record(cell) or {}).get('wall_s')
 
 
 def cell_record(cell):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
-from .fingerprint import source_commit, write_fingerprint
+from .fingerprint import recorded_wall_time, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -122,11 +122,14 @@ def run_logged(children, command, log_path, env, root):
 
 def run_cell(cell, args, slot, root, children):
     """Record the cell's fingerprint, train (or resume) and test it; returns the cell with its status and wall
-    time ('interrupted' when :meth:`Children.stop` ended or skipped a command)."""
-    os.makedirs(cell.work_dir, exist_ok=True)
-    write_fingerprint(cell, cell.fingerprint, commit=source_commit(root))
-    start = time.perf_counter()
+    time ('interrupted' when :meth:`Children.stop` ended or skipped a command). The record keeps the seconds of
+    every command that made the cell: a resumed cell adds to what its earlier runs took, one trained again from
+    the start does not."""
     state = cell_state(cell)
+    earlier_s = (recorded_wall_time(cell) or 0.0) if state in ('interrupted', 'trained') else 0.0
+    commit = source_commit(root)
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s)
+    start = time.perf_counter()
     cell.resume = state == 'interrupted'
     train, test, env = commands(cell, args, slot, root)
     cell.log = osp.join(cell.work_dir, 'train.log')
@@ -136,7 +139,8 @@ def run_cell(cell, args, slot, root, children):
     if returncode == 0:
         cell.log = osp.join(cell.work_dir, 'test.log')
         returncode = run_logged(children, test, cell.log, env, root)
-    cell.returncode, cell.wall_s = returncode, time.perf_counter() - start
+    cell.returncode, cell.wall_s = returncode, earlier_s + time.perf_counter() - start
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s)
     if children.stopping:
         cell.status = 'interrupted'
     else:

@@ -5,7 +5,7 @@ import dataclasses
 import json
 import os.path as osp
 
-from .fingerprint import recorded_commit
+from .fingerprint import recorded_commit, recorded_wall_time
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
@@ -129,7 +129,8 @@ def markdown(suite, rows, best, result):
               f'); —: did not. Diverged: a non-finite loss, or a failure on non-finite values. Cells: '
               f'{result["cells"]}, {result["ran"]} run now, {result["reused"]} reused; wall time '
               f'{result["wall_s"] / 60:.1f} min on {machine["cpu"]} ({machine["usable_cpus"]} usable CPUs), '
-              f'launcher {result["launcher"]}, {result["jobs"]} cell(s) at a time. Commits the cells ran at: '
+              f'launcher {result["launcher"]}, {result["jobs"]} cell(s) at a time; '
+              f'{fmt_cell_times(result["cell_times"])}. Commits the cells ran at: '
               + (', '.join(f'{commit} ({n})' for commit, n in result['commits'].items()) or 'none') +
               f'. Command: `{result["command"]}`']
     if result['unfingerprinted']:
@@ -148,7 +149,7 @@ def summary_of(suite, cells, run):
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
                 family=suite.family, escape=dataclasses.asdict(suite.escape), rows=rows, best=best,
                 validation=validation_rows(suite, cells, best), commits=commits_of(cells),
-                cells_detail=[cell.to_json() for cell in cells])
+                cell_times=cell_times_of(cells), cells_detail=[cell.to_json() for cell in cells])
 
 
 def commits_of(cells):
@@ -156,6 +157,25 @@ def commits_of(cells):
     commits = collections.Counter(recorded_commit(cell) or 'not recorded' for cell in cells
                                   if osp.isdir(cell.work_dir))
     return dict(sorted(commits.items()))
+
+
+def cell_times_of(cells):
+    """What the cells' records say their train and test commands took, in seconds: total, min and max a cell,
+    and how many of the cells record it (a cell that ran before cells kept their time does not); None where none
+    does. Unlike the run's wall time, it holds for a suite gathered from records or run over several sessions."""
+    times = [recorded_wall_time(cell) for cell in cells if osp.isdir(cell.work_dir)]
+    times = [t for t in times if t is not None]
+    if not times:
+        return None
+    return dict(total_s=sum(times), min_s=min(times), max_s=max(times), recorded=len(times), cells=len(cells))
+
+
+def fmt_cell_times(times):
+    if times is None:
+        return 'no cell records the time its commands took'
+    return (f"the cells' own train and test commands took {times['total_s'] / 60:.1f} min in all, "
+            f"{times['min_s'] / 60:.1f}–{times['max_s'] / 60:.1f} min a cell ({times['recorded']} of "
+            f"{times['cells']} cells record it)")
 
 
 def write_tables(suite, result, out_dir):

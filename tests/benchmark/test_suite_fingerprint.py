@@ -1,10 +1,15 @@
 """condtok_mm/benchmark/fingerprint.py: a suite uses a cell of its out dir only when the cell records the
 fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.py has the runner's own cells)."""
+import argparse
 import hashlib
 import json
 import subprocess
 
-from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE, differences, input_files, source_commit
+from condtok_mm.benchmark import launch
+from condtok_mm.benchmark.fingerprint import (FINGERPRINT_FILE, differences, input_files, recorded_wall_time,
+                                              source_commit)
+from condtok_mm.benchmark.plan import Cell
+from conftest import REPO_ROOT
 from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
@@ -192,3 +197,53 @@ def test_suite_md_says_which_commits_its_cells_ran_at(tmp_path):
     assert json.loads((out_dir / 'suite.json').read_text())['commits'] == {
         'abc': 2, 'def+changes': 1, 'not recorded': 1}
     assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1).' in (out_dir / 'suite.md').read_text()
+
+
+def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resumes(tmp_path, monkeypatch):
+    """run_cell with commands that only advance a clock and leave the files mmengine would: an interrupted
+    training (100 s), then its resume (50 s) and test (10 s), recorded 160 s; trained again from the start (no
+    checkpoint left), only that run's 40 s."""
+    work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
+    cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
+    clock = [0.0]
+    steps = []  # (seconds, files written, exit code) of each command, in the order they run
+
+    def run_logged(children, command, log_path, env, root):
+        seconds, files, returncode = steps.pop(0)
+        clock[0] += seconds
+        for name, text in files.items():
+            (work_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (work_dir / name).write_text(text)
+        return returncode
+
+    monkeypatch.setattr(launch, 'run_logged', run_logged)
+    monkeypatch.setattr(launch.time, 'perf_counter', lambda: clock[0])
+    args = argparse.Namespace(launcher='none', jobs=1, nproc=1, partition=None)
+    test_json = {'test/1/1.json': json.dumps({'coco/bbox_mAP': 0.1})}
+
+    steps[:] = [(100.0, {'last_checkpoint': 'epoch_6.pth'}, 1)]
+    assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'failed'
+    assert recorded_wall_time(cell) == 100.0
+    steps[:] = [(50.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
+    assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
+    assert (cell.resume, cell.wall_s, recorded_wall_time(cell)) == (True, 160.0, 160.0)
+    assert json.loads((work_dir / FINGERPRINT_FILE).read_text())['seed'] == 0  # the fingerprint kept beside it
+
+    for name in ('last_checkpoint', 'epoch_12.pth', 'test/1/1.json'):
+        (work_dir / name).unlink()
+    steps[:] = [(30.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
+    assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
+    assert (cell.resume, recorded_wall_time(cell)) == (False, 40.0)
+
+
+def test_suite_md_says_what_the_cells_records_say_their_commands_took(tmp_path):
+    path, out_dir = written_suite(tmp_path)
+    for variant, seed, wall_s in (('baseline', 0, 300.0), ('baseline', 1, 420.0), ('cond', 0, 600.0)):
+        record_path = out_dir / variant / 'lr0.001' / f'seed{seed}' / FINGERPRINT_FILE
+        record_path.write_text(json.dumps(dict(json.loads(record_path.read_text()), wall_s=wall_s)))
+    assert gather(path, out_dir).returncode == 0
+    assert json.loads((out_dir / 'suite.json').read_text())['cell_times'] == dict(
+        total_s=1320.0, min_s=300.0, max_s=600.0, recorded=3, cells=4)
+    assert ("the cells' own train and test commands took 22.0 min in all, 5.0–10.0 min a cell (3 of 4 cells record "
+            "it)") in (out_dir / 'suite.md').read_text()
