@@ -32,6 +32,12 @@ def validation_curves(validation):
     return curves
 
 
+def up_to(curve, last):
+    """The curve's points at iterations up to ``last``."""
+    points = [(i, v) for i, v in zip(curve['iter'], curve['value']) if i <= last]
+    return dict(iter=[i for i, _ in points], value=[v for _, v in points])
+
+
 def plot(suite, cells, rows, best, validation, paths):
     import matplotlib
     matplotlib.use('Agg')
@@ -107,10 +113,15 @@ def plot(suite, cells, rows, best, validation, paths):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), constrained_layout=True)
-    draw(ax, lambda results: results['loss'])
-    ax.set_ylabel('training loss (mean over seeds, band min-max)')
-    ax.set_title(f'{suite.name}: training loss at each variant\'s reported learning rate', fontsize=10)
+    first = suite.early_loss
+    fig, axes = plt.subplots(1, 2 if first else 1, figsize=(15 if first else 7.5, 4.8), squeeze=False,
+                             constrained_layout=True)
+    draw(axes[0, 0], lambda results: results['loss'])
+    if first:  # the early-loss endpoint's iterations, where a spike at the switch-on would be
+        draw(axes[0, 1], lambda results: up_to(results['loss'], first))
+        axes[0, 1].set_title(f'iterations 1-{first} (the early-loss endpoint)', fontsize=10)
+    axes[0, 0].set_ylabel('training loss (mean over seeds, band min-max)')
+    fig.suptitle(f'{suite.name}: training loss at each variant\'s reported learning rate', fontsize=10)
     fig.savefig(paths['loss.png'], dpi=120)
     plt.close(fig)
 

@@ -33,18 +33,19 @@ def fmt_p(p):
     return 'n/a' if p is None else f'{p:.3g}'
 
 
-def fmt_difference(difference, values=True):
+def fmt_difference(difference, values=True, digits=1):
     """Mean [95 % t interval], the exact sign-flip p and the per-seed differences."""
     if difference is None:
         return 'n/a'
     if difference['low'] is None:
-        text = f'{difference["mean"]:+.1f} (1 seed)'
+        text = f'{difference["mean"]:+.{digits}f} (1 seed)'
     else:
-        text = f'{difference["mean"]:+.1f} [{difference["low"]:+.1f}, {difference["high"]:+.1f}]'
+        text = (f'{difference["mean"]:+.{digits}f} [{difference["low"]:+.{digits}f}, '
+                f'{difference["high"]:+.{digits}f}]')
     if 'p' in difference:  # dose_response.py's summaries from before p-values were recorded have none
         text += f' p={fmt_p(difference["p"])}'
         if values:
-            text += ' ' + per_seed(difference['per_seed'], sign='+')
+            text += ' ' + per_seed(difference['per_seed'], digits=digits, sign='+')
     return text
 
 
@@ -114,6 +115,14 @@ def markdown(suite, rows, best, result):
                   f'| variant | lr | epoch | {names[0]} | Δ {names[0]} vs {suite.reference} |', '|---|---|---|---|---|']
         lines += [f'| {row["variant"]} | {row["lr"]:g} | {row["epoch"]} | {fmt_values(row["metric"])} | '
                   f'{fmt_difference(row["difference"]) if row["difference"] else "—"} |' for row in result['validation']]
+    if suite.early_loss:
+        lines += ['', f'Mean training loss over iterations 1–{suite.early_loss} (the mean of the losses logged there; '
+                  'a spike when the conditioning is switched on shows here), each variant at its reported rate; Δ: '
+                  'paired by seed against its reference at the reference\'s rate, uncorrected:', '',
+                  f'| variant | lr | loss, iterations 1–{suite.early_loss} | Δ vs its reference |', '|---|---|---|---|']
+        lines += [f'| {vs(entry, suite)} | {entry["lr"]:g} | {fmt_values(entry["early_loss"], 3)} | '
+                  + (fmt_difference(entry['early_loss_difference'], digits=3) if entry['reference'] else '—') + ' |'
+                  for entry in best]
     machine, rule = result['machine'], suite.escape
     family = (f'Holm: adjusted over the family {", ".join(suite.family)} (each against its reference, '
               f'{names[0]})' if suite.family else 'p Holm: the suite declares no family, so every p is per comparison, '
@@ -147,7 +156,8 @@ def summary_of(suite, cells, run):
                 nproc=run['nproc'], cells=len(cells), ran=run['ran'], reused=run['reused'], wall_s=run['wall_s'],
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
-                family=suite.family, escape=dataclasses.asdict(suite.escape), rows=rows, best=best,
+                family=suite.family, escape=dataclasses.asdict(suite.escape), early_loss=suite.early_loss,
+                rows=rows, best=best,
                 validation=validation_rows(suite, cells, best), commits=commits_of(cells),
                 cell_times=cell_times_of(cells), cells_detail=[cell.to_json() for cell in cells])
 

@@ -15,6 +15,8 @@ The keys of a suite::
     metric = 'coco/bbox_mAP'    # ranks the learning rates of a variant (best_of, the chosen-rate table)
     family = [NAME, ...]    # optional: the comparisons (variant vs its reference, ``metric``) Holm corrects over
     escape = dict(margin=0.2, window=5, after=None)  # optional: the plateau-escape rule (results.py)
+    early_loss = 100        # optional: also report the mean training loss over iterations 1-100 of each run, paired
+                            # like the metric (a loss spike in the first iterations shows there)
     cfg_options = {KEY: VALUE}  # for every cell, before the variant's own
     _name = ...             # keys starting with _ are the file's own shorthands, ignored
 
@@ -32,7 +34,7 @@ from mmengine.config.utils import MODULE2PACKAGE
 from mmengine.utils import get_installed_path, is_installed
 
 SUITE_KEYS = {'variants', 'reference', 'seeds', 'selection_seeds', 'lrs', 'lr_key', 'metric', 'family', 'escape',
-              'cfg_options', 'description'}
+              'early_loss', 'cfg_options', 'description'}
 VARIANT_KEYS = {'config', 'cfg_options', 'lrs', 'reference', 'description'}
 ESCAPE_KEYS = {'margin', 'window', 'after'}
 CONFIG_SCOPES = ('mmdet', 'mmpretrain', 'mmseg')  # SCOPE::PATH configs a variant may name
@@ -104,6 +106,7 @@ class Suite:
     selection_seeds: List[int] = field(default_factory=list)
     family: List[str] = field(default_factory=list)
     escape: EscapeRule = field(default_factory=EscapeRule)
+    early_loss: Optional[int] = None
 
     def role(self, seed):
         """'selection' for a seed the rates are chosen on, 'report' for a reported one."""
@@ -221,11 +224,17 @@ def load_suite(path, root):
         if name not in variants or variants[name].reference is None:
             raise SuiteError(f'{path}: family names {name!r}, which is not a variant compared with a reference; the '
                              'family lists variants whose comparison with their reference Holm corrects over')
+    early_loss = raw.get('early_loss')
+    if early_loss is not None and not (isinstance(early_loss, int) and not isinstance(early_loss, bool)
+                                       and early_loss >= 1):
+        raise SuiteError(f'{path}: early_loss is the number of first iterations whose mean training loss is '
+                         f'reported (an integer >= 1), got {early_loss!r}')
     suite = Suite(path=path, name=osp.splitext(osp.basename(path))[0], root=root, reference=raw['reference'],
                   seeds=seeds, lrs=suite_lrs, lr_key=raw.get('lr_key', 'optim_wrapper.optimizer.lr'),
                   metric=raw.get('metric', 'coco/bbox_mAP'), description=raw.get('description', ''),
                   options=options_list(raw.get('cfg_options', {}), f'{path}: cfg_options'), variants=variants,
-                  selection_seeds=selection_seeds, family=family, escape=escape_rule(raw.get('escape'), path))
+                  selection_seeds=selection_seeds, family=family, escape=escape_rule(raw.get('escape'), path),
+                  early_loss=early_loss)
     phase_of(suite)  # a best_of cycle fails here
     return suite
 

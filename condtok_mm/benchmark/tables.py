@@ -10,6 +10,19 @@ def with_values(by_seed):
     return None if stat is None else dict(stat, seeds=sorted(by_seed), values=[by_seed[s] for s in sorted(by_seed)])
 
 
+def early_loss_by_seed(cells, variant, lr, seeds, first):
+    """{seed: mean training loss over iterations 1..first} of the variant's cells at ``lr`` whose loss curve
+    reaches iteration ``first`` (a run that stopped before it has no value)."""
+    values = {}
+    for cell in cells:
+        curve = (cell.results or {}).get('loss') or {}
+        iters = curve.get('iter') or []
+        if cell.variant == variant and cell.lr == lr and cell.seed in seeds and iters and iters[-1] >= first:
+            early = [loss for i, loss in zip(iters, curve['value']) if i <= first]
+            values[cell.seed] = sum(early) / len(early)
+    return values
+
+
 def seed_set(suite, role):
     return suite.selection_seeds if role == 'selection' else suite.seeds
 
@@ -70,6 +83,11 @@ def aggregate(suite, cells):
                 entry['difference'][key] = paired_difference(
                     metric_by_seed(cells, name, lr, key, suite.seeds),
                     metric_by_seed(cells, variant.reference, reference_lr, key, suite.seeds))
+        if suite.early_loss:
+            early = early_loss_by_seed(cells, name, lr, suite.seeds, suite.early_loss)
+            entry['early_loss'] = with_values(early)
+            entry['early_loss_difference'] = None if reference_lr is None else paired_difference(
+                early, early_loss_by_seed(cells, variant.reference, reference_lr, suite.seeds, suite.early_loss))
         chosen.append(entry)
     family = {entry['variant']: entry['difference'][suite.metric]['p'] for entry in chosen
               if entry['variant'] in suite.family and entry['difference'].get(suite.metric)}

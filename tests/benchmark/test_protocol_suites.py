@@ -79,16 +79,33 @@ def ramp_hooks(cfg):
 def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
     suite, cells = generated(DEMO_SUITE, tmp_path)
     assert list(suite.variants) == ARMS + ['scratch_conditioned'] and suite.reference == 'P0_baseline'
-    assert (suite.selection_seeds, suite.seeds, suite.metric) == ([0, 1], [3, 4, 5, 6, 7, 8], 'coco/bbox_mAP')
+    assert (suite.selection_seeds, suite.seeds, suite.metric) == ([0, 1], list(range(3, 11)), 'coco/bbox_mAP')
     assert suite.lrs == [2.5e-4, 1e-3] and suite.variants['scratch_conditioned'].lrs == [1e-3]
-    assert all(suite.variants[name].tuned for name in ARMS) and not suite.variants['scratch_conditioned'].tuned
+    # P0, P1 and P2 choose their rates on the selection seeds; the remedies take P1's, so that their difference from
+    # P1 is the remedy alone
+    assert [name for name, variant in suite.variants.items() if variant.tuned] == [
+        'P0_baseline', 'P1_drop_in', 'P2_conditioned_pretraining']
+    assert {name: variant.best_of for name, variant in suite.variants.items() if variant.best_of} == {
+        'P1_ramp': 'P1_drop_in', 'P1_norm': 'P1_drop_in'}
+    # the declared comparisons: the primary endpoint P1 - P0 outside the family, Holm over the remedies against P1
+    # and P2 against P0; the from-scratch reference compared with nothing
+    assert {name: variant.reference for name, variant in suite.variants.items()} == {
+        'P0_baseline': None, 'P1_drop_in': 'P0_baseline', 'P1_ramp': 'P1_drop_in', 'P1_norm': 'P1_drop_in',
+        'P2_conditioned_pretraining': 'P0_baseline', 'scratch_conditioned': None}
+    assert suite.family == ['P1_ramp', 'P1_norm', 'P2_conditioned_pretraining']
+    assert (suite.early_loss, suite.escape.window) == (100, 50)
     for name, (train, cfg) in cells.items():
         lr = (suite.variants[name].lrs or suite.lrs)[0]
         assert f'randomness.seed={suite.seeds[0]}' in train and f'optim_wrapper.optimizer.lr={lr!r}' in train
-        # the demo's own 12-epoch schedule, evaluated once by tools/test.py, every iteration's loss logged unsmoothed
-        assert cfg.train_cfg.max_epochs == 12 and cfg.train_cfg.val_interval == 13
+        # the demo's own 12-epoch schedule on the decisive study's 200 val images, validated at epochs 3, 6 and
+        # 12, every iteration's loss logged unsmoothed
+        assert cfg.train_cfg.max_epochs == 12 and cfg.train_cfg.val_interval == 3
+        assert cfg.train_cfg.dynamic_intervals == [(8, 100)]
+        assert cfg.test_dataloader.dataset.data_root == 'data/shapes_val200/'
+        assert cfg.test_evaluator.ann_file == 'data/shapes_val200/annotations/instances_val.json'
         assert [s.milestones for s in cfg.param_scheduler if s.type == 'MultiStepLR'] == [[9, 11]]
         assert (cfg.default_hooks.logger.interval, cfg.log_processor.window_size) == (1, 1)
+        assert cfg.custom_hooks[0] == dict(type='AttentionConditioningHook', interval=50)
         conditioning = cfg.model.backbone.get('conditioning')
         assert (conditioning is None) == (name == 'P0_baseline'), name
         if conditioning is not None:

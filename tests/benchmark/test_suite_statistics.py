@@ -250,3 +250,55 @@ def test_escape_counts_and_iterations_in_the_gathered_rows(tmp_path):
     # a diverged run's final loss (NaN) is left out of the mean, not a crash
     assert row['final_loss']['mean'] == pytest.approx(np.mean([ESCAPING[-1], STALLED[-1]]))
     assert math.isnan(json.loads((out_dir / 'suite.json').read_text())['cells_detail'][2]['results']['final_loss'])
+
+
+# ---------------------------------------------------------------- the early-loss endpoint
+
+def early_curve(seed, spike):
+    """40 logged losses (every 10 iterations: 10 ... 400); ``spike`` added to the first 5 (iterations 10-50)."""
+    return [3.0 - 0.05 * i + 0.01 * seed + (spike if i < 5 else 0.0) for i in range(40)]
+
+
+def test_the_early_loss_is_the_mean_over_the_first_iterations_paired_with_the_reference(tmp_path):
+    out_dir = tmp_path / 'out'
+    spikes = dict(A=0.0, B=[0.8, 0.5, 0.9], R=[0.2, 0.1, 0.0])
+    for variant in spikes:
+        for k, seed in enumerate((0, 1, 2)):
+            spike = spikes[variant] if variant == 'A' else spikes[variant][k]
+            write_cell(str(out_dir), variant, 1e-3, seed, 0.1, 0.05, early_curve(seed, spike))
+    # a run whose log stops before iteration 100 (a crash) has no early loss
+    write_cell(str(out_dir), 'R', 1e-3, 3, None, None, early_curve(3, 0.0)[:9])
+    path = tmp_path / 's.py'
+    path.write_text(f"reference = 'A'\nseeds = [0, 1, 2, 3]\nlrs = [1e-3]\nearly_loss = 100\n"
+                    f"cfg_options = {{'train_cfg.max_epochs': 1}}\n"
+                    f"variants = dict(A=dict(config={BASELINE!r}), B=dict(config={CONDITIONED!r}),\n"
+                    f"                R=dict(config={CONDITIONED!r}, reference='B'))\n")
+    record_fingerprints(path, out_dir)
+    run_runner(str(path), '--out-dir', str(out_dir), '--gather-only')  # R's seed 3 is missing: exit 1
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    best = {entry['variant']: entry for entry in summary['best']}
+    iters = np.arange(10, 410, 10)
+
+    def by_hand(variant, seed):
+        spike = spikes[variant] if variant == 'A' else spikes[variant][seed]
+        return np.mean(np.asarray(early_curve(seed, spike))[iters <= 100])  # the first 10 logged losses
+
+    for variant in spikes:
+        assert best[variant]['early_loss']['values'] == pytest.approx([by_hand(variant, s) for s in (0, 1, 2)])
+    assert best['A']['early_loss_difference'] is None
+    for variant, reference in (('B', 'A'), ('R', 'B')):
+        differences = [by_hand(variant, s) - by_hand(reference, s) for s in (0, 1, 2)]
+        difference = best[variant]['early_loss_difference']
+        half = stats.t.ppf(0.975, 2) * np.std(differences, ddof=1) / np.sqrt(3)
+        assert (difference['mean'], difference['low'], difference['high']) == pytest.approx(
+            (np.mean(differences), np.mean(differences) - half, np.mean(differences) + half))
+        assert difference['per_seed'] == pytest.approx(differences)
+        assert difference['p'] == pytest.approx(scipy_sign_flip(differences))
+    b = best['B']['early_loss_difference']
+    assert (f'| B | 0.001 | {best["B"]["early_loss"]["mean"]:.3f} ± {best["B"]["early_loss"]["std"]:.3f} '
+            f'(' + ' / '.join(f'{by_hand("B", s):.3f}' for s in (0, 1, 2)) + f') | {b["mean"]:+.3f} [{b["low"]:+.3f}, '
+            f'{b["high"]:+.3f}]') in (out_dir / 'suite.md').read_text()
+    assert 'Mean training loss over iterations 1–100' in (out_dir / 'suite.md').read_text()
+    path.write_text(path.read_text().replace('early_loss = 100', 'early_loss = 0'))
+    with pytest.raises(SuiteError, match=r'early_loss is the number of first iterations .* got 0'):
+        load_suite(str(path), REPO_ROOT)
