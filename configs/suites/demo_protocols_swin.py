@@ -8,8 +8,9 @@
 #   python tools/train.py configs/demo/swin-mini_1xb32-20e_shapes-cls.py          # P0/P1's pretraining
 #   python tools/train.py configs/demo/swin-mini-condtok_1xb32-20e_shapes-cls.py  # P2's pretraining
 #   python tools/benchmark/run_suite.py configs/suites/demo_protocols_swin.py --jobs 2 --resume
-# Other checkpoints: CONDTOK_PRETRAINED=PATH (unconditioned) and CONDTOK_PRETRAINED_CONDITIONED=PATH in the
-# environment of run_suite.py (mmengine's {{$VAR:default}} substitution); each cell's fingerprint holds their SHA-256.
+# The suite reads the backbones published into its records (below); others: CONDTOK_PRETRAINED=PATH (unconditioned)
+# and CONDTOK_PRETRAINED_CONDITIONED=PATH in the environment of run_suite.py (mmengine's {{$VAR:default}}
+# substitution), e.g. work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth after the commands above.
 # Every arm fine-tunes from a loaded backbone, so with the same seed every arm starts from the same neck and head
 # weights (tests/benchmark/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
 # initialisation first, so its heads differ from the other arms': it is described, not compared.
@@ -49,8 +50,10 @@ cfg_options = {
     'default_hooks.logger.interval': 1,
     'log_processor.window_size': 1,
 }
-_unconditioned = '{{$CONDTOK_PRETRAINED:work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth}}'
-_conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth}}'
+# the two backbones as pretrained for this study (the configs above, 2026-12-02) and published into its records, so
+# that every session's cells read the same files (their SHA-256 is in each cell's fingerprint)
+_unconditioned = '{{$CONDTOK_PRETRAINED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini_1xb32-20e_shapes-cls-43b2bc03.pth}}'
+_conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini-condtok_1xb32-20e_shapes-cls-f20e8f05.pth}}'
 _demo = 'configs/demo/mask-rcnn_swin-mini'
 variants = dict(
     P0_baseline=dict(config=f'{_demo}-pretrained_fpn_12e_shapes.py',

@@ -22,6 +22,10 @@ COCO_SUITE = 'configs/suites/coco_protocols_swin-t_1x.py'
 ARMS = ['P0_baseline', 'P1_drop_in', 'P1_ramp', 'P1_norm', 'P2_conditioned_pretraining']
 DEMO_CHECKPOINTS = {'unconditioned': 'work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth',
                     'conditioned': 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'}
+# the backbones the demo suite reads unless the environment names others: those published into its records
+PUBLISHED = 'docs/en/studies/records/demo_protocols_swin/pretrained/'
+SUITE_CHECKPOINTS = {'unconditioned': PUBLISHED + 'swin-mini_1xb32-20e_shapes-cls-43b2bc03.pth',
+                     'conditioned': PUBLISHED + 'swin-mini-condtok_1xb32-20e_shapes-cls-f20e8f05.pth'}
 # Each protocol config against P1's, the keys it changes (flattened as tests/test_configs.py flattens them)
 DEMO_P1 = 'configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'
 COCO_P1 = 'configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py'
@@ -113,8 +117,9 @@ def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
             assert conditioning.get('control') == ('norm_matched' if name == 'P1_norm' else None), name
         assert [(h['length'], h['shape']) for h in ramp_hooks(cfg)] == ([(100, 'linear')] if name == 'P1_ramp' else [])
         checkpoint = (cfg.model.backbone.init_cfg or {}).get('checkpoint')
-        assert checkpoint == {'scratch_conditioned': None, 'P2_conditioned_pretraining': DEMO_CHECKPOINTS['conditioned']
-                              }.get(name, DEMO_CHECKPOINTS['unconditioned']), name
+        assert checkpoint == {'scratch_conditioned': None, 'P2_conditioned_pretraining': SUITE_CHECKPOINTS['conditioned']
+                              }.get(name, SUITE_CHECKPOINTS['unconditioned']), name
+        assert checkpoint is None or osp.isfile(osp.join(REPO_ROOT, checkpoint))
 
 
 def test_demo_suite_takes_the_checkpoints_from_the_environment(tmp_path, monkeypatch):
