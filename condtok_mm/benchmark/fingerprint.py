@@ -103,11 +103,6 @@ def write_fingerprint(cell, record, commit=None, wall_s=None):
     os.replace(path + '.tmp', path)  # never a half-written record
 
 
-def recorded_commit(cell):
-    """The commit a cell's record names, or None (not recorded, or no record)."""
-    return (cell_record(cell) or {}).get('commit')
-
-
 def recorded_wall_time(cell):
     """The seconds a cell's record says its commands took, or None (recorded before cells kept their time, or no
     record)."""

@@ -5,7 +5,7 @@ import dataclasses
 import json
 import os.path as osp
 
-from .fingerprint import recorded_commit, recorded_wall_time
+from .fingerprint import cell_record
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
@@ -152,32 +152,32 @@ def summary_of(suite, cells, run):
     """The JSON summary; ``run`` holds how the cells were run: command, launcher, jobs, nproc, ran, reused,
     wall_s, machine, unfingerprinted (the work dirs of cells reused without a fingerprint)."""
     rows, best = aggregate(suite, cells)
+    records = [cell_record(cell) or {} for cell in cells if osp.isdir(cell.work_dir)]  # each suite_cell.json once
     return dict(command=run['command'], suite=suite.path, launcher=run['launcher'], jobs=run['jobs'],
                 nproc=run['nproc'], cells=len(cells), ran=run['ran'], reused=run['reused'], wall_s=run['wall_s'],
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
                 family=suite.family, escape=dataclasses.asdict(suite.escape), early_loss=suite.early_loss,
                 rows=rows, best=best,
-                validation=validation_rows(suite, cells, best), commits=commits_of(cells),
-                cell_times=cell_times_of(cells), cells_detail=[cell.to_json() for cell in cells])
+                validation=validation_rows(suite, cells, best), commits=commits_of(records),
+                cell_times=cell_times_of(records, len(cells)), cells_detail=[cell.to_json() for cell in cells])
 
 
-def commits_of(cells):
-    """{commit: number of cells} of the cells that have a work dir ('not recorded' for a record without one)."""
-    commits = collections.Counter(recorded_commit(cell) or 'not recorded' for cell in cells
-                                  if osp.isdir(cell.work_dir))
+def commits_of(records):
+    """{commit: number of cells} of the records (the suite_cell.json of each cell that has a work dir; 'not
+    recorded' for one without a commit)."""
+    commits = collections.Counter(record.get('commit') or 'not recorded' for record in records)
     return dict(sorted(commits.items()))
 
 
-def cell_times_of(cells):
-    """What the cells' records say their train and test commands took, in seconds: total, min and max a cell,
-    and how many of the cells record it (a cell that ran before cells kept their time does not); None where none
+def cell_times_of(records, cells):
+    """What the records say the cells' train and test commands took, in seconds: total, min and max a cell, and
+    how many of the ``cells`` record it (a cell that ran before cells kept their time does not); None where none
     does. Unlike the run's wall time, it holds for a suite gathered from records or run over several sessions."""
-    times = [recorded_wall_time(cell) for cell in cells if osp.isdir(cell.work_dir)]
-    times = [t for t in times if t is not None]
+    times = [record['wall_s'] for record in records if record.get('wall_s') is not None]
     if not times:
         return None
-    return dict(total_s=sum(times), min_s=min(times), max_s=max(times), recorded=len(times), cells=len(cells))
+    return dict(total_s=sum(times), min_s=min(times), max_s=max(times), recorded=len(times), cells=cells)
 
 
 def fmt_cell_times(times):
