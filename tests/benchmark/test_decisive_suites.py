@@ -107,27 +107,20 @@ def test_each_arm_builds_the_model_it_names_and_runs_it(path, variant, expected,
 
 # (variant, rate, mode, target kappa, control, reference) of the dose suite, in its order
 DOSE_ARMS = [
-    ('B_conditioned', 1e-3, 'sigma_max', 2.0, None, None),
-    ('plain_k1_25', 1e-3, 'sigma_max', 1.25, None, 'B_conditioned'),
-    ('plain_k8', 1e-3, 'sigma_max', 8.0, None, 'B_conditioned'),
     ('D_norm_matched', 1e-3, 'sigma_max', 2.0, 'norm_matched', None),
     ('norm_k1_25', 1e-3, 'sigma_max', 1.25, 'norm_matched', 'D_norm_matched'),
     ('norm_k8', 1e-3, 'sigma_max', 8.0, 'norm_matched', 'D_norm_matched'),
     ('D_norm_matched_lr5e_4', 5e-4, 'sigma_max', 2.0, 'norm_matched', None),
     ('norm_k1_25_lr5e_4', 5e-4, 'sigma_max', 1.25, 'norm_matched', 'D_norm_matched_lr5e_4'),
     ('norm_k8_lr5e_4', 5e-4, 'sigma_max', 8.0, 'norm_matched', 'D_norm_matched_lr5e_4'),
-    ('graying', 1e-3, 'graying', None, None, None),
-    ('graying_norm', 1e-3, 'graying', None, 'norm_matched', 'graying'),
-    ('graying_lr5e_4', 5e-4, 'graying', None, None, None),
-    ('graying_norm_lr5e_4', 5e-4, 'graying', None, 'norm_matched', 'graying_lr5e_4'),
+    ('graying_norm', 1e-3, 'graying', None, 'norm_matched', 'D_norm_matched'),
 ]
 
-
-def test_the_dose_suite_reports_every_dose_at_rates_fixed_in_advance_and_reuses_the_decisive_b_and_d(tmp_path):
+def test_the_dose_suite_reports_every_dose_at_rates_fixed_in_advance_and_reuses_the_decisive_d(tmp_path):
     suite = load_suite(DOSE, REPO_ROOT)
     cells, unknown = stage(suite, 'report', tmp_path)
     assert not unknown and not stage(suite, 'select', tmp_path)[0]  # no rate is chosen: every arm is reported
-    assert suite.family == ['norm_k1_25', 'norm_k8', 'norm_k1_25_lr5e_4', 'norm_k8_lr5e_4']
+    assert suite.family == ['norm_k1_25', 'norm_k8', 'norm_k1_25_lr5e_4', 'norm_k8_lr5e_4', 'graying_norm']
     assert [(c.variant, c.lr, c.seed) for c in cells] == [
         (arm[0], arm[1], seed) for seed in (3, 4, 5) for arm in DOSE_ARMS]
     for name, lr, mode, kappa, control, reference in DOSE_ARMS:
@@ -137,30 +130,31 @@ def test_the_dose_suite_reports_every_dose_at_rates_fixed_in_advance_and_reuses_
         assert (conditioning['mode'], conditioning.get('control')) == (mode, control)
         if kappa is not None:
             assert conditioning.get('target_kappa', 2.0) == kappa
-    # B and D are the decisive study's cells: the same fingerprint, so that linked in they are reused
+    # D is the decisive study's cell: the same fingerprint, so that copied in it is reused
     decisive = load_suite(SWIN, REPO_ROOT)
     decisive_cells = {(c.variant, c.seed): c for c in stage(decisive, 'report', tmp_path)[0]}
     for cell in cells:
-        if cell.variant in ('B_conditioned', 'D_norm_matched'):
+        if cell.variant == 'D_norm_matched':
             assert fingerprint(cell, REPO_ROOT) == fingerprint(decisive_cells[cell.variant, cell.seed], REPO_ROOT)
 
 
-def test_the_norm_matched_doses_keep_the_token_scale_and_the_plain_ones_grow_it_as_kappa_falls(tmp_path):
+def test_the_norm_matched_doses_keep_the_token_scale_which_without_the_control_grows_as_kappa_falls(tmp_path):
     suite = load_suite(DOSE, REPO_ROOT)
     cells = {c.variant: c for c in stage(suite, 'report', tmp_path)[0]}
     x = random_tokens(2, 49, 24, 1e3, dtype=torch.float64)  # kappa 1e3, as embedded tokens are ill-conditioned
-    scale = {}
+    plain_scale = {}
     for name, _, mode, kappa, control, _ in DOSE_ARMS:
         conditioning = resolved_config(cells[name].config_path, cells[name].options).model.backbone.conditioning
         out = MODELS.build(conditioning)(x)
-        scale[name] = (torch.linalg.matrix_norm(out) / torch.linalg.matrix_norm(x)).tolist()
         if kappa is not None:
             assert (condition_number(out) <= kappa * (1 + 1e-6)).all()
-        if control == 'norm_matched':
-            assert scale[name] == pytest.approx([1.0, 1.0], rel=1e-9)
-    # sigma_max lifts the small singular values to s_1 / t: the smaller t, the larger ||X + C||_F
+        assert (torch.linalg.matrix_norm(out) / torch.linalg.matrix_norm(x)).tolist() == pytest.approx(
+            [1.0, 1.0], rel=1e-9)
+        plain = MODELS.build({**conditioning, 'control': None})(x)
+        plain_scale[name] = (torch.linalg.matrix_norm(plain) / torch.linalg.matrix_norm(x)).tolist()
+    # as X + C, sigma_max lifts the small singular values to s_1 / t: the smaller t, the larger ||X + C||_F
     for b in range(2):
-        assert scale['plain_k8'][b] < scale['B_conditioned'][b] < scale['plain_k1_25'][b]
+        assert plain_scale['norm_k8'][b] < plain_scale['D_norm_matched'][b] < plain_scale['norm_k1_25'][b]
 
 
 def test_the_xcit_suite_pairs_each_conditioned_model_with_its_own_baseline_and_quotes_the_papers():
