@@ -33,7 +33,9 @@ class CondSwinTransformer(SwinTransformer):
             ``scope='window'`` each window of the stage's first (unshifted) attention block is
             conditioned on its own; window_size and shift_size default to that block's. With
             ``position='attention_input'`` the conditioner acts on the norm1 output of the stage's first
-            block (what its attention multiplies) instead of on the stage input. A dict or None.
+            block instead of on the stage input; only with ``scope='window'`` too is the bound met by exactly
+            what its windowed attention multiplies (with ``scope='image'`` the windows keep their own, larger
+            kappa). A dict or None.
             Default: ``dict(type='TokenConditioner')``.
         condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
             absolute position embedding (the paper: before the first transformer block); i in 1..3 is the

@@ -29,8 +29,9 @@ class CondViT(ViTDetViT):
             the backbone then computes exactly what ViTDetViT computes. With ``scope='window'`` each
             window of the first block is conditioned on its own (that block must be a window block);
             window_size defaults to the block's. With ``position='attention_input'`` the conditioner acts
-            on the first block's norm1 output (what its attention multiplies, per window in a window
-            block) instead of on the embedded tokens. A dict or None. Default: ``dict(type='TokenConditioner')``.
+            on the first block's norm1 output instead of on the embedded tokens; only with ``scope='window'``
+            too is the bound met by exactly what a window block's attention multiplies (with ``scope='image'``
+            the whole image's norm1 output is conditioned and its windows keep their own, larger kappa). A dict or None. Default: ``dict(type='TokenConditioner')``.
         condition_after_pos_embed (bool): False conditions the patch-embedding output, before the
             absolute position embedding is added (the paper: the embedded tokens); True conditions the
             tokens the first block receives, position embedding included. Default: False.
