@@ -90,3 +90,29 @@ def test_a_config_without_conditioning_is_refused_by_name(shapes_root, tmp_path)
     result = run_tool(baseline, shapes_root, tmp_path)
     assert result.returncode != 0
     assert 'has no model.backbone.conditioning' in result.stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_is_measured_on_its_weights_and_no_checkpoint_on_a_seeded_initialization(shapes_root, tmp_path):
+    """A checkpoint of the initialization that mmengine's seed and init_weights give is measured as that
+    initialization is without a checkpoint, and another seed's differs."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmengine.runner.utils import set_random_seed
+    from condtok_mm.registry import MODELS
+
+    cfg = Config.fromfile(DEMO)
+    cfg.merge_from_dict({'val_dataloader.dataset.data_root': f'{shapes_root}/', 'val_dataloader.num_workers': 0,
+                         'val_dataloader.persistent_workers': False})
+    init_default_scope('mmdet')
+    set_random_seed(1)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    checkpoint = str(tmp_path / 'init.pth')
+    torch.save({'state_dict': model.state_dict()}, checkpoint)
+    bar = type('Bar', (), {'update': lambda self, n: None})()
+    from_checkpoint = token_scale.measure(cfg, checkpoint, DOSES, 2, 0, bar)
+    from_seed = token_scale.measure(cfg, None, DOSES, 2, 1, bar)
+    for name, _ in DOSES:
+        assert from_seed[name] == pytest.approx(from_checkpoint[name], rel=1e-12)
+    assert token_scale.measure(cfg, None, DOSES, 2, 2, bar)['k2'] != pytest.approx(from_checkpoint['k2'], rel=1e-3)

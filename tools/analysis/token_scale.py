@@ -6,8 +6,9 @@
 mode='sigma_max' lifts every singular value of X by s_1 / (t - 1), so r grows as the target kappa t falls; Token
 Graying divides by s_1, so r is far below 1. Comparing doses of X + C therefore compares token scales too; this
 measures the scale each dose would give, on the same tokens. X is what the config's first conditioner receives
-(the patch embedding's output, each image's valid tokens) in the model of each CHECKPOINT, or, without one, the
-constructor's initialization after torch.manual_seed(--seed). Each dose is the config's ``conditioning`` with the
+(the patch embedding's output, each image's valid tokens) in the model of each CHECKPOINT, or, without one, an
+initialization seeded as a training run's (mmengine's set_random_seed(--seed), then the model's init_weights; the
+same distribution as a cell's initial weights, not necessarily the same numbers). Each dose is the config's ``conditioning`` with the
 KEY=VALUE overrides and without a token-scale control (X + C itself, whatever the config's control).
 
 Prints r per model and dose (mean over images, and the range) and writes token_scale.json and token_scale.png to
@@ -26,6 +27,7 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner, load_checkpoint
+from mmengine.runner.utils import set_random_seed
 from tqdm import tqdm
 
 matplotlib.use('Agg')
@@ -61,12 +63,12 @@ def parse_dose(words: Sequence[str]) -> Tuple[str, dict]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Token scale ||X + C|| / ||X|| of each dose on a model's val tokens")
     parser.add_argument('config', help='a conditioned config file')
-    parser.add_argument('checkpoints', nargs='*', help='checkpoints (none: the initialization, seeded by --seed)')
+    parser.add_argument('checkpoints', nargs='*', help='checkpoints (none: an initialization, seeded by --seed)')
     parser.add_argument('--dose', nargs='+', action='append', required=True, metavar='NAME [KEY=VALUE]',
                         help="a dose: its name and the overrides of the config's conditioning, e.g. "
                         '--dose kappa_1.25 target_kappa=1.25 (repeat for each dose)')
     parser.add_argument('--num-images', type=int, default=50, help='val images per model')
-    parser.add_argument('--seed', type=int, default=0, help='torch seed of the initialization without checkpoints')
+    parser.add_argument('--seed', type=int, default=0, help='seed of the initialization without checkpoints')
     parser.add_argument('--out-dir', help='where the JSON and PNG go')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
     args = parser.parse_args(argv)
@@ -112,10 +114,12 @@ def first_conditioner(backbone: torch.nn.Module, config: str) -> TokenConditione
 def measure(cfg, checkpoint, doses, num_images, seed, bar) -> Dict[str, List[float]]:
     """r per dose for each of the first ``num_images`` val images, in the model of ``checkpoint``."""
     if checkpoint is None:
-        torch.manual_seed(seed)
+        set_random_seed(seed)
     model = MODELS.build(cfg.model)
     if checkpoint:
         load_checkpoint(model, checkpoint, map_location='cpu')
+    else:
+        model.init_weights()  # as a training run does: e.g. a position embedding conditioned with X gets its init
     model.eval()
     conditioners = dose_conditioners(cfg.model.backbone.conditioning.to_dict(), doses)
     scales = {name: [] for name, _ in doses}
