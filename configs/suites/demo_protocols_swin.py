@@ -50,7 +50,7 @@ cfg_options = {
     'default_hooks.logger.interval': 1,
     'log_processor.window_size': 1,
 }
-# the two backbones as pretrained for this study (the configs above, 2026-12-02) and published into its records, so
+# the two backbones as pretrained for this study (the configs above) and published into its records, so
 # that every session's cells read the same files (their SHA-256 is in each cell's fingerprint)
 _unconditioned = '{{$CONDTOK_PRETRAINED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini_1xb32-20e_shapes-cls-43b2bc03.pth}}'
 _conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini-condtok_1xb32-20e_shapes-cls-f20e8f05.pth}}'

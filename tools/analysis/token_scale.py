@@ -89,16 +89,14 @@ def dose_conditioners(conditioning: dict, doses: Sequence[Tuple[str, dict]]) -> 
 def token_scales(tokens: torch.Tensor, hw_shape: Optional[Tuple[int, int]], valid_shapes,
                  conditioners: Dict[str, TokenConditioner]) -> Dict[str, List[float]]:
     """Per dose, r = ||X + C||_F / ||X||_F of each image's valid token matrix X (float64 norms)."""
-    before = image_token_matrices(tokens, hw_shape, valid_shapes)
+    norms_x = [x.double().flatten(1).norm(dim=1) for _, x in image_token_matrices(tokens, hw_shape, valid_shapes)]
+    if any((norm_x == 0).any() for norm_x in norms_x):
+        raise ValueError('token_scale: an image has all-zero tokens, so its token scale is not defined')
     scales = {}
     for name, conditioner in conditioners.items():
         after = image_token_matrices(conditioner(tokens, hw_shape, valid_shapes), hw_shape, valid_shapes)
-        scales[name] = []
-        for (_, x), (_, y) in zip(before, after):
-            norm_x = x.double().flatten(1).norm(dim=1)
-            if (norm_x == 0).any():
-                raise ValueError('token_scale: an image has all-zero tokens, so its token scale is not defined')
-            scales[name] += (y.double().flatten(1).norm(dim=1) / norm_x).tolist()
+        scales[name] = [r for norm_x, (_, y) in zip(norms_x, after)
+                        for r in (y.double().flatten(1).norm(dim=1) / norm_x).tolist()]
     return scales
 
 
