@@ -11,7 +11,7 @@ from mmengine.runner.loops import EpochBasedTrainLoop
 from mmengine.runner.utils import calc_dynamic_intervals
 
 import condtok_mm  # noqa: F401  (registration)
-from condtok_mm.benchmark.fingerprint import fingerprint
+from condtok_mm.benchmark.fingerprint import differences, fingerprint
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage, resolved_config
 from condtok_mm.benchmark.schema import load_suite, phase_of
 from condtok_mm.conditioning import condition_number
@@ -20,6 +20,7 @@ from conftest import REPO_ROOT, random_tokens
 SWIN = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_swin.py')
 VITDET = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_vitdet.py')
 DOSE = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_dose_norm_swin.py')
+LONG = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_long_swin.py')
 
 
 def stage(suite, name, out_dir, cells=()):
@@ -171,3 +172,31 @@ def test_the_xcit_suite_pairs_each_conditioned_model_with_its_own_baseline_and_q
     # /work/shared/PAPER.md: ours XCiT-S 44.9 -> 45.7, XCiT-M 45.7 -> 46.2; the spectral paper XCiT-S 44.9 -> 45.6
     assert 'XCiT-S 44.9 -> 45.7' in suite.description and 'XCiT-M 45.7 -> 46.2' in suite.description
     assert 'spectral-conditioning paper XCiT-S 44.9 -> 45.6' in suite.description
+
+
+def test_the_long_suite_runs_the_decisive_arms_for_36_epochs_with_the_baseline_at_both_rates(tmp_path):
+    suite = load_suite(LONG, REPO_ROOT)
+    assert suite.seeds == [3, 4, 5, 6, 7, 8] and not suite.selection_seeds and suite.reference == 'A_baseline'
+    assert not stage(suite, 'select', tmp_path)[0]
+    cells, unknown = stage(suite, 'report', tmp_path)
+    assert not unknown
+    assert [(c.variant, c.lr, c.seed) for c in cells] == [
+        (variant, lr, seed) for seed in range(3, 9)
+        for variant, lr in (('A_baseline', 2.5e-4), ('A_baseline', 1e-3), ('B_conditioned', 1e-3),
+                            ('D_norm_matched', 1e-3))]
+    decisive = {(c.variant, c.lr, c.seed): c for c in stage(load_suite(SWIN, REPO_ROOT), 'report', tmp_path)[0]}
+    for cell in cells:
+        cfg = resolved_config(cell.config_path, cell.options)
+        assert osp.basename(cell.checkpoint) == 'epoch_36.pth' and cell.warmup == 100
+        assert cfg.train_cfg.max_epochs == 36 and validated_epochs(cfg.train_cfg) == [6, 12, 18, 24, 30, 36]
+        assert cfg.param_scheduler[1]['milestones'] == [27, 33] and cfg.param_scheduler[1]['end'] == 36
+        assert cfg.default_hooks.checkpoint.interval == 1 and cfg.custom_hooks[0]['interval'] == 100
+        assert cfg.test_evaluator.ann_file == 'data/shapes_val200/annotations/instances_val.json'
+        # the decisive study's cell of the same arm and seed, but for the schedule
+        twin = decisive.get((cell.variant, cell.lr, cell.seed))
+        if twin is not None:
+            recorded = fingerprint(twin, REPO_ROOT)
+            lines = differences(recorded, fingerprint(cell, REPO_ROOT))
+            changed = sorted(line.split(':')[0] for line in lines if line.startswith('config '))
+            assert changed == ['config custom_hooks', 'config param_scheduler', 'config train_cfg.dynamic_intervals',
+                               'config train_cfg.max_epochs', 'config train_cfg.val_interval'], lines
