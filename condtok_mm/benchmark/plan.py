@@ -29,7 +29,8 @@ class Cell:
         options (list[str]): its --cfg-options: seed, rate, the suite's, the variant's, the command line's.
         checkpoint (str): the checkpoint its training ends with (set by :func:`cells_of_stage`).
         resume (bool): train with --resume (an interrupted cell).
-        status (str, optional): 'ran', 'failed', 'reused' (finished before) or 'missing' (--gather-only).
+        status (str, optional): 'ran', 'failed', 'reused' (finished before), 'missing' (--gather-only) or
+            'unreadable' (a cut-off file, named in its results).
         returncode (int, optional): the exit code of its last command.
         wall_s (float, optional): the seconds its commands took.
         log (str, optional): the log of its last command.

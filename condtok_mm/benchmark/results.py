@@ -13,26 +13,43 @@ KAPPA_CURVES = {
 }
 
 
+class UnreadableCellFile(ValueError):
+    """A cell file that cannot be parsed (mmengine writes neither its JSON nor its scalars atomically: a kill or a
+    full disk leaves one cut off); the message names the file and the fix."""
+
+
 def newest(pattern):
     files = sorted(glob.glob(pattern))
     return files[-1] if files else None
 
 
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        raise UnreadableCellFile(f'{path} is cut off or unreadable ({error}); delete it to test the cell again '
+                                 '(run_suite.py --resume)') from error
+
+
 def evaluation(cell):
-    """The metrics tools/test.py logged for the cell (mmengine's <timestamp>.json of the newest test run)."""
+    """The metrics tools/test.py logged for the cell (mmengine's <timestamp>.json of the newest test run); raises
+    :class:`UnreadableCellFile` where that file cannot be parsed."""
     path = newest(osp.join(cell.work_dir, 'test', '*', '*.json'))
     if path is None:
         return None
-    with open(path) as f:
-        record = json.load(f)  # mmengine's LoggerHook dumps the test epoch's tags as one JSON object
-    return (path, record) if any(key.startswith('coco/') for key in record) else None
+    record = read_json(path)  # mmengine's LoggerHook dumps the test epoch's tags as one JSON object
+    return (path, record) if isinstance(record, dict) and any(key.startswith('coco/') for key in record) else None
 
 
 def cell_state(cell):
-    """'finished' (evaluated), 'trained' (final checkpoint, no evaluation), 'interrupted' (a checkpoint to resume
-    from) or 'new'."""
-    if evaluation(cell):
-        return 'finished'
+    """'finished' (evaluated), 'trained' (final checkpoint, no readable evaluation), 'interrupted' (a checkpoint to
+    resume from) or 'new'."""
+    try:
+        if evaluation(cell):
+            return 'finished'
+    except UnreadableCellFile:
+        pass  # a cut-off evaluation: the cell is tested again (cell_results names the file)
     if osp.isfile(cell.checkpoint):
         return 'trained'
     if osp.isfile(osp.join(cell.work_dir, 'last_checkpoint')):
@@ -47,30 +64,92 @@ def log_tail(path):
         return ''.join(f.readlines()[-LOG_TAIL_LINES:])
 
 
+def training_runs(work_dir):
+    """Every training run's vis_data/scalars.json in ``work_dir``, oldest first: mmengine starts a new timestamped
+    folder each time a run starts or resumes."""
+    return sorted(glob.glob(osp.join(work_dir, '2*', 'vis_data', 'scalars.json')))
+
+
+def scalar_records(path):
+    """The records of one scalars.json (one JSON object a line); raises :class:`UnreadableCellFile` naming the
+    file and line where one cannot be parsed."""
+    records = []
+    try:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    raise UnreadableCellFile(
+                        f'{path} line {number} is cut off or unreadable ({error}); delete that line where the '
+                        'run went on after it, or set the cell aside to train it again') from error
+                if isinstance(record, dict):
+                    records.append(record)
+    except OSError as error:
+        raise UnreadableCellFile(f'{path} cannot be read ({error})') from error
+    return records
+
+
+def record_stream(record):
+    """(stream, position) of a scalars record: a training log by its iteration, a validation by its epoch (its
+    'step'), a hook's record by its iteration (its 'step')."""
+    if 'iter' in record:
+        return 'train', record['iter']
+    if any(key.startswith('coco/') for key in record):
+        return 'val', record.get('step')
+    return 'hook', record.get('step')
+
+
+def joined_records(paths):
+    """The records of a cell's training runs (oldest first) as one uninterrupted run would have logged them.
+
+    A resumed run starts again from its checkpoint and logs everything after it anew, at the positions an
+    uninterrupted run logs (each stream's positions depend on the iteration alone). So each run replaces, in
+    the records of the runs before it, every training log and hook record from its own first one of that stream
+    on, and every validation from the first epoch it trains."""
+    joined = []
+    for path in paths:
+        records = scalar_records(path)
+        first = {}
+        for record in records:
+            stream, position = record_stream(record)
+            if position is not None:
+                first.setdefault(stream, position)
+        epochs = [record['epoch'] for record in records if 'iter' in record and 'epoch' in record]
+        if epochs:
+            first['val'] = min(first.get('val', epochs[0]), epochs[0])
+
+        def superseded(record):
+            stream, position = record_stream(record)
+            return stream in first and position is not None and position >= first[stream]
+
+        joined = [record for record in joined if not superseded(record)] + records
+    return joined
+
+
 def training_record(work_dir):
-    """(path, iterations, losses, {kappa key: curve}) of the newest training run's vis_data/scalars.json
-    (mmengine's LocalVisBackend: one JSON record a line; the hook's kappa records carry their iteration as
-    'step')."""
-    path = newest(osp.join(work_dir, '2*', 'vis_data', 'scalars.json'))
+    """(paths, iterations, losses, {kappa key: curve}, validations) of the cell's training runs joined in
+    iteration order (:func:`joined_records`; mmengine's LocalVisBackend: one JSON record a line; the hook's kappa
+    records carry their iteration as 'step', a validation its epoch)."""
+    paths = training_runs(work_dir)
     iters, losses, kappa = [], [], {key: dict(iter=[], value=[]) for key in KAPPA_CURVES}
     validation = {}
-    if path:
-        with open(path) as f:
-            for line in f:
-                record = json.loads(line)
-                if 'loss' in record and 'iter' in record:
-                    iters.append(record['iter'])
-                    losses.append(record['loss'])
-                for key in KAPPA_CURVES:
-                    if key in record:
-                        kappa[key]['iter'].append(record['step'])
-                        kappa[key]['value'].append(record[key])
-                for key, value in record.items():  # a validation during training: its epoch as 'step'
-                    if key.startswith('coco/') and isinstance(value, (int, float)):
-                        validation.setdefault(key, dict(epoch=[], value=[]))
-                        validation[key]['epoch'].append(record['step'])
-                        validation[key]['value'].append(100 * value)
-    return path, iters, losses, kappa, validation
+    for record in joined_records(paths):
+        if 'loss' in record and 'iter' in record:
+            iters.append(record['iter'])
+            losses.append(record['loss'])
+        for key in KAPPA_CURVES:
+            if key in record:
+                kappa[key]['iter'].append(record['step'])
+                kappa[key]['value'].append(record[key])
+        for key, value in record.items():  # a validation during training: its epoch as 'step'
+            if key.startswith('coco/') and isinstance(value, (int, float)):
+                validation.setdefault(key, dict(epoch=[], value=[]))
+                validation[key]['epoch'].append(record['step'])
+                validation[key]['value'].append(100 * value)
+    return paths, iters, losses, kappa, validation
 
 
 def escape_iteration(iters, losses, warmup, rule):
@@ -99,9 +178,14 @@ def escape_iteration(iters, losses, warmup, rule):
 
 def cell_results(cell, rule):
     """Metrics (percent), final loss, loss, kappa and validation curves, plateau escape (under the
-    :class:`~condtok_mm.benchmark.schema.EscapeRule` ``rule``) and divergence of a cell."""
-    found = evaluation(cell)
-    scalars, iters, losses, kappa, validation = training_record(cell.work_dir)
+    :class:`~condtok_mm.benchmark.schema.EscapeRule` ``rule``) and divergence of a cell; a cell with a file that
+    cannot be parsed gets 'unreadable' (the file and the fix) and no metrics, so that no table reads it."""
+    try:
+        found = evaluation(cell)
+        scalars, iters, losses, kappa, validation = training_record(cell.work_dir)
+    except UnreadableCellFile as error:
+        return dict(unreadable=str(error), scalars=[], loss=dict(iter=[], value=[]),
+                    kappa={key: dict(iter=[], value=[]) for key in KAPPA_CURVES}, validation={}, diverged=False)
     results = dict(scalars=scalars, loss=dict(iter=iters, value=losses), kappa=kappa, validation=validation,
                    diverged=any(not math.isfinite(loss) for loss in losses))
     if cell.status == 'failed':

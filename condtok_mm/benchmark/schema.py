@@ -25,6 +25,7 @@ chosen on ``selection_seeds`` (every rate runs there, the chosen one on ``seeds`
 them, on the reported seeds themselves. A variant with ``lrs=dict(best_of=NAME)`` runs after NAME's cells, at
 NAME's chosen rate.
 """
+import math
 import os.path as osp
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -32,6 +33,8 @@ from typing import Dict, List, Optional
 from mmengine.config import Config, ConfigDict
 from mmengine.config.utils import MODULE2PACKAGE
 from mmengine.utils import get_installed_path, is_installed
+
+from .plan import lr_name
 
 SUITE_KEYS = {'variants', 'reference', 'seeds', 'selection_seeds', 'lrs', 'lr_key', 'metric', 'family', 'escape',
               'early_loss', 'cfg_options', 'description'}
@@ -157,6 +160,34 @@ def resolve_config(config, root, where='config'):
     return path
 
 
+def check_seeds(seeds, where):
+    """The seeds as a list; raises SuiteError for a seed that is not an integer (True is not a seed) or that
+    repeats (each seed is one run in one work dir)."""
+    if not isinstance(seeds, (list, tuple)) or not all(
+            isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+        raise SuiteError(f'{where} must be a list of integers, got {seeds!r}')
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise SuiteError(f'{where} repeats {repeated}: each seed is one run of each cell; list every seed once')
+    return list(seeds)
+
+
+def check_lrs(lrs, where):
+    """The rates as a list; raises SuiteError for a rate that is not a finite positive number, or for two rates
+    that name the same work dir (lr{LR:g}: rates that close are one cell)."""
+    if not (isinstance(lrs, (list, tuple)) and lrs and all(
+            isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0
+            for lr in lrs)):
+        raise SuiteError(f'{where} must be None, a list of finite positive rates or dict(best_of=NAME), '
+                         f'got {lrs!r}')
+    names = [lr_name(lr) for lr in lrs]
+    colliding = sorted({name for name in names if names.count(name) > 1})
+    if colliding:
+        raise SuiteError(f'{where} has rates that are one cell ({", ".join(colliding)}: '
+                         f'{[lr for lr in lrs if lr_name(lr) in colliding]}); list each rate once')
+    return list(lrs)
+
+
 def load_variant(name, variant, suite_lrs, suite_reference, names, root, where):
     if not isinstance(variant, dict) or 'config' not in variant:
         raise SuiteError(f'{where} needs a config: dict(config=PATH, ...)')
@@ -176,8 +207,8 @@ def load_variant(name, variant, suite_lrs, suite_reference, names, root, where):
             raise SuiteError(f'{where}: lrs=dict(best_of=NAME) needs NAME, another variant of the suite; '
                              f'got {lrs!r}')
         lrs, best_of = [], lrs['best_of']
-    elif not (isinstance(lrs, list) and lrs and all(isinstance(lr, (int, float)) and lr > 0 for lr in lrs)):
-        raise SuiteError(f'{where}: lrs must be None, a list of positive rates or dict(best_of=NAME)')
+    else:
+        check_lrs(lrs, where)
     reference = variant['reference'] if 'reference' in variant else suite_reference
     if reference is not None and reference not in names:
         raise SuiteError(f'{where}: reference {reference!r} is not one of the variants ({", ".join(names)}); give '
@@ -201,18 +232,16 @@ def load_suite(path, root):
     for key in ('variants', 'reference', 'seeds'):
         if key not in raw:
             raise SuiteError(f'{path}: the suite has no {key!r}')
-    seeds = list(raw['seeds'])
-    if not seeds or not all(isinstance(seed, int) for seed in seeds):
+    seeds = check_seeds(raw['seeds'], f'{path}: seeds')
+    if not seeds:
         raise SuiteError(f'{path}: seeds must be a non-empty list of integers, got {raw["seeds"]!r}')
-    selection_seeds = list(raw.get('selection_seeds') or [])
-    if not all(isinstance(seed, int) for seed in selection_seeds):
-        raise SuiteError(f'{path}: selection_seeds must be a list of integers, got {raw["selection_seeds"]!r}')
+    selection_seeds = check_seeds(raw.get('selection_seeds') or [], f'{path}: selection_seeds')
     if set(selection_seeds) & set(seeds):
         raise SuiteError(f'{path}: seeds {sorted(set(selection_seeds) & set(seeds))} are in both selection_seeds and '
                          'seeds; a rate reported on the seeds that chose it is biased upwards (winner\'s curse)')
     if not isinstance(raw['variants'], dict) or not raw['variants']:
         raise SuiteError(f'{path}: variants must be a non-empty dict of NAME=dict(config=..., ...)')
-    suite_lrs = list(raw.get('lrs') or [])
+    suite_lrs = check_lrs(raw['lrs'], f'{path}: lrs') if raw.get('lrs') else []
     if raw['reference'] not in raw['variants']:
         raise SuiteError(f'{path}: reference {raw["reference"]!r} is not one of the variants '
                          f'({", ".join(raw["variants"])})')

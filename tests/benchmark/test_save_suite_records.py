@@ -1,5 +1,6 @@
-"""tools/benchmark/save_suite_records.py: a suite run's finished cells kept without checkpoints, so that the
-runner gathers the same tables from the records and a resumed run continues from them."""
+"""tools/benchmark/save_suite_records.py: a suite run's finished cells kept without checkpoints (every training run of
+a resumed cell, whose curves join them all), so that the runner gathers the same tables from the records and a
+resumed run continues from them."""
 import json
 import os
 import os.path as osp
@@ -46,15 +47,15 @@ def files_under(root):
     return sorted(osp.relpath(osp.join(d, name), root) for d, _, names in os.walk(root) for name in names)
 
 
-def test_the_records_hold_each_finished_cells_fingerprint_newest_test_and_newest_scalars_only(tmp_path):
+def test_the_records_hold_each_finished_cells_fingerprint_newest_test_and_every_training_run(tmp_path):
     suite, out_dir = written_run(tmp_path)
     record_dir = tmp_path / 'records'
     cells = save_suite_records.save_records(str(out_dir), str(record_dir))
     assert cells == ['baseline/lr0.001/seed0', 'baseline/lr0.001/seed1', 'cond/lr0.001/seed0']
     assert files_under(record_dir) == sorted(
-        f'{cell}/{name}' for cell in cells for name in (
-            'suite_cell.json', 'test/20260101_000100/20260101_000100.json',
-            '20260101_000000/vis_data/scalars.json'))
+        [f'{cell}/{name}' for cell in cells for name in (
+            'suite_cell.json', 'test/20260101_000100/20260101_000100.json', '20260101_000000/vis_data/scalars.json')]
+        + ['cond/lr0.001/seed0/20250101_000000/vis_data/scalars.json'])  # a resumed cell's earlier run too
 
 
 def test_the_runner_gathers_the_same_results_from_the_records_and_would_resume_only_the_rest(tmp_path):
@@ -71,7 +72,8 @@ def test_the_runner_gathers_the_same_results_from_the_records_and_would_resume_o
     assert from_records[('cond', 1)] == dict(metrics=None, loss=dict(iter=[], value=[]), final_loss=None,
                                              status='missing')
     assert from_records[('cond', 0)]['metrics']['coco/bbox_mAP'] == 30.0  # the newest test, not the older 90
-    assert from_records[('cond', 0)]['final_loss'] == 1.0  # the newest training, not the older one
+    assert from_records[('cond', 0)]['final_loss'] == 1.0  # the newest training's, which redid the older's
+    assert from_records[('cond', 0)]['loss'] == dict(iter=[10, 20, 30], value=[3.0, 2.0, 1.0])
 
 
 def test_an_out_dir_that_is_not_there_is_named(tmp_path, capsys):

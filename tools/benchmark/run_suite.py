@@ -20,7 +20,8 @@ seeds themselves (the report says so). ``lrs=dict(best_of=NAME)`` takes NAME's c
 in OUT_DIR/VARIANT/lrLR/seedS (train.log there) with ``randomness.seed=S``, the learning rate at ``lr_key``,
 the suite's, the variant's and then this command's --cfg-options; then tools/test.py evaluates its final
 checkpoint into OUT_DIR/VARIANT/lrLR/seedS/test (test.log there). A failed cell does not stop the others: its
-log tail is printed and the runner exits with 1.
+log tail is printed and the runner exits with 1; so does a cell with a cut-off or unreadable file (named, with
+the fix), which no table reads. A resumed cell's curves join every training run of its work dir.
 
 Launchers (condtok_mm/benchmark/launch.py): none (tools/train.py, tools/test.py, --jobs cells at a time),
 pytorch (tools/dist_train.sh / dist_test.sh, --nproc processes a cell), slurm (tools/slurm_train.sh /
@@ -60,7 +61,7 @@ from condtok_mm.benchmark.launch import LAUNCHERS, commands, run_pending  # noqa
 from condtok_mm.benchmark.plan import STAGES, cells_of_stage  # noqa: E402
 from condtok_mm.benchmark.plots import plot  # noqa: E402
 from condtok_mm.benchmark.report import REPORT_FILES, summary_of, write_tables  # noqa: E402
-from condtok_mm.benchmark.results import cell_results, cell_state  # noqa: E402
+from condtok_mm.benchmark.results import UnreadableCellFile, cell_results, cell_state  # noqa: E402
 from condtok_mm.benchmark.schema import SuiteError, load_suite, phase_of  # noqa: E402
 from condtok_mm.utils import describe_machine  # noqa: E402
 
@@ -174,6 +175,9 @@ def run_step(suite, step, new, args):
         ran = len(pending)
     for cell in new:
         cell.results = cell_results(cell, suite.escape)
+        if 'unreadable' in cell.results:  # the others are gathered; this one is named at the end
+            cell.status = 'unreadable'
+            print(f'cell {describe(cell)}: {cell.results["unreadable"]}', file=sys.stderr)
     return ran, len(new) - len(pending), unrecorded
 
 
@@ -214,6 +218,8 @@ def main(argv=None):
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         cells, ran, reused, unverified = run_phases(suite, args)
+    except UnreadableCellFile as error:
+        sys.exit(f'error: {error}')
     except KeyboardInterrupt:
         print(f'interrupted: the running cells were stopped; the same command with --resume continues them '
               f'({args.out_dir})', file=sys.stderr)
@@ -232,10 +238,11 @@ def main(argv=None):
     plot(suite, cells, result['rows'], result['best'], result['validation'], paths)
     print('\n' + table)
     print('wrote ' + ', '.join(paths.values()))
-    failed = [cell for cell in cells if cell.status in ('failed', 'missing')]
+    failed = [cell for cell in cells if cell.status in ('failed', 'missing', 'unreadable')]
     if failed:
         sys.exit(f'error: {len(failed)} of {len(cells)} cells did not finish: '
-                 + '; '.join(f'{describe(c)} ({c.status}, {c.work_dir})' for c in failed))
+                 + '; '.join(f'{describe(c)} ({c.status}, {(c.results or {}).get("unreadable") or c.work_dir})'
+                             for c in failed))
 
 
 if __name__ == '__main__':

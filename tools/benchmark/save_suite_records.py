@@ -5,8 +5,8 @@ checkpoints, so that the run can be committed, gathered again and continued on a
     python tools/benchmark/save_suite_records.py OUT_DIR RECORD_DIR
 
 A finished cell is a work dir with the runner's suite_cell.json and a test run whose JSON holds COCO metrics;
-the newest test run and the newest training run are kept (the ones the runner reads), under the same relative
-paths. Then
+the newest test run and every training run (a resumed cell's curves are joined from all of them) are kept,
+under the same relative paths. Then
 
     python tools/benchmark/run_suite.py SUITE --gather-only --out-dir RECORD_DIR   # the tables, again
     python tools/benchmark/run_suite.py SUITE --resume --out-dir RECORD_DIR        # the cells still to run
@@ -26,7 +26,7 @@ sys.path.insert(0, REPO_ROOT)  # run from a checkout, installed or not
 from condtok_mm.benchmark.fingerprint import FINGERPRINT_FILE  # noqa: E402
 from condtok_mm.benchmark.plan import Cell  # noqa: E402
 from condtok_mm.benchmark.report import REPORT_FILES  # noqa: E402
-from condtok_mm.benchmark.results import evaluation, newest  # noqa: E402
+from condtok_mm.benchmark.results import UnreadableCellFile, evaluation, training_runs  # noqa: E402
 
 
 def finished_cells(out_dir):
@@ -35,7 +35,11 @@ def finished_cells(out_dir):
     found = {}
     for root, dirs, files in os.walk(out_dir):
         dirs.sort()
-        evaluated = FINGERPRINT_FILE in files and evaluation(Cell('', 0, 0, root, '', ''))
+        try:
+            evaluated = FINGERPRINT_FILE in files and evaluation(Cell('', 0, 0, root, '', ''))
+        except UnreadableCellFile as error:
+            print(f'not recorded: {error}', file=sys.stderr)
+            evaluated = None
         if evaluated:
             found[root] = evaluated[0]
             dirs.clear()  # a finished cell holds no cell
@@ -43,9 +47,8 @@ def finished_cells(out_dir):
 
 
 def cell_records(work_dir, evaluation_path):
-    """The files of a finished cell the runner reads: fingerprint, newest test JSON, newest training scalars."""
-    scalars = newest(osp.join(work_dir, '2*', 'vis_data', 'scalars.json'))
-    return [osp.join(work_dir, FINGERPRINT_FILE), evaluation_path] + ([scalars] if scalars else [])
+    """The files of a finished cell the runner reads: fingerprint, newest test JSON, every training run's scalars."""
+    return [osp.join(work_dir, FINGERPRINT_FILE), evaluation_path] + training_runs(work_dir)
 
 
 def save_records(out_dir, record_dir):
