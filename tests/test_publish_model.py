@@ -1,6 +1,7 @@
 """tools/model_converters/publish_model.py: a training checkpoint kept as its weights and meta, named by the
 SHA-256 of what it holds, and read without running code."""
 import hashlib
+import os
 import os.path as osp
 
 import pytest
@@ -54,3 +55,43 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     with pytest.raises(UnsafeCheckpointError, match='Refusing to load the checkpoint'):
         publish_model.publish(str(path), str(tmp_path / 'a.pth'))
     assert not list(tmp_path.glob('a*.pth'))
+
+
+def digest(path):
+    return hashlib.sha256(open(path, 'rb').read()).hexdigest()
+
+
+def test_publishing_a_checkpoint_onto_its_own_name_keeps_it_whole(tmp_path):
+    path = tmp_path / 'epoch_12.pth'
+    training_checkpoint(path)
+    before = digest(path)
+    final = publish_model.publish(str(path), str(path))
+    assert digest(path) == before  # the optimizer state and message hub are still there
+    assert sorted(torch.load(path, weights_only=False)) == ['message_hub', 'meta', 'optimizer', 'state_dict']
+    assert final == str(tmp_path / f'epoch_12-{digest(final)[:8]}.pth')
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['epoch_12.pth', osp.basename(final)])  # no temp
+
+
+def test_an_existing_file_is_never_replaced(tmp_path):
+    training_checkpoint(tmp_path / 'epoch_12.pth')
+    other = tmp_path / 'epoch_4.pth'
+    training_checkpoint(other)
+    before = digest(other)
+    final = publish_model.publish(str(tmp_path / 'epoch_12.pth'), str(other))  # OUT named like another checkpoint
+    assert digest(other) == before and final != str(other)
+    # the same content published again is left as it is; another content under that name is refused
+    assert publish_model.publish(str(tmp_path / 'epoch_12.pth'), str(other)) == final
+    held = open(final, 'rb').read()
+    open(final, 'wb').write(b'something else')
+    with pytest.raises(FileExistsError, match=f'{final} exists and holds something else'):
+        publish_model.publish(str(tmp_path / 'epoch_12.pth'), str(other))
+    assert open(final, 'rb').read() == b'something else' and held != b'something else'
+    assert not list(tmp_path.glob('.publish-*'))  # no temporary file left behind
+
+
+def test_the_published_file_is_readable_as_a_plain_open_would_make_it(tmp_path):
+    training_checkpoint(tmp_path / 'epoch_12.pth')
+    final = publish_model.publish(str(tmp_path / 'epoch_12.pth'), str(tmp_path / 'out.pth'))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(final).st_mode & 0o777 == 0o666 & ~umask

@@ -5,6 +5,9 @@ name, so that a config naming the file names its content.
     python tools/model_converters/publish_model.py IN_FILE OUT_FILE [--save-keys meta state_dict]
     # OUT_FILE=a/swin-mini_shapes-cls.pth -> a/swin-mini_shapes-cls-1a2b3c4d.pth (printed)
 
+OUT_FILE itself is never written, and no existing file is replaced: IN_FILE (even given as OUT_FILE) and other
+checkpoints stay as they are.
+
 The checkpoint is read through mmengine's loader with condtok_mm.compat's weights-only unpickler (nothing in it can
 run code). The demo protocol study pretrains its backbones once and loads these files
 (docs/en/user_guides/protocols.md).
@@ -14,6 +17,7 @@ import hashlib
 import os
 import os.path as osp
 import sys
+import tempfile
 
 import torch
 
@@ -22,22 +26,43 @@ from condtok_mm import compat  # noqa: E402
 
 
 def publish(in_file, out_file, save_keys=('meta', 'state_dict')):
-    """Write ``in_file``'s ``save_keys`` to ``out_file`` with the SHA-256 prefix in its name; returns that path."""
+    """Write ``in_file``'s ``save_keys`` to ``out_file`` with the SHA-256 prefix in its name; returns that path.
+
+    Nothing is overwritten: the file is written under a temporary name in the target folder and linked to its
+    final name only where no file has it (the same content already published there is left as it is), so neither
+    ``in_file`` nor another checkpoint can be lost, and an interrupted run leaves no half-written file."""
     from mmengine.runner.checkpoint import CheckpointLoader
     compat.apply()
     checkpoint = CheckpointLoader.load_checkpoint(in_file, map_location='cpu')
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f'{in_file} holds a {type(checkpoint).__name__}, not a checkpoint dict')
     missing = [key for key in save_keys if key not in checkpoint]
     if missing:
         raise KeyError(f'{in_file} has no {", ".join(missing)} (it has {", ".join(checkpoint)}); give --save-keys '
                        'from those')
     published = {key: checkpoint[key] for key in save_keys}
-    os.makedirs(osp.dirname(osp.abspath(out_file)), exist_ok=True)
-    torch.save(published, out_file)
-    with open(out_file, 'rb') as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    stem = out_file[:-len('.pth')] if out_file.endswith('.pth') else out_file
-    final = f'{stem}-{digest[:8]}.pth'
-    os.replace(out_file, final)
+    folder = osp.dirname(osp.abspath(out_file))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix='.publish-', suffix='.pth', dir=folder)
+    try:
+        with os.fdopen(handle, 'wb') as f:
+            torch.save(published, f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as a plain open() would create it (mkstemp makes it private)
+        with open(temporary, 'rb') as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        stem = out_file[:-len('.pth')] if out_file.endswith('.pth') else out_file
+        final = f'{stem}-{digest[:8]}.pth'
+        try:
+            os.link(temporary, final)  # fails where the name is taken: never replaces a file
+        except FileExistsError:
+            with open(final, 'rb') as f:
+                if hashlib.sha256(f.read()).hexdigest() != digest:
+                    raise FileExistsError(f'{final} exists and holds something else; it is left as it is: give '
+                                          'another OUT_FILE') from None
+    finally:
+        os.unlink(temporary)
     return final
 
 
@@ -50,7 +75,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not osp.isfile(args.in_file):
         parser.error(f'{args.in_file} is not a file')
-    print(publish(args.in_file, args.out_file, args.save_keys))
+    try:
+        print(publish(args.in_file, args.out_file, args.save_keys))
+    except (ValueError, KeyError, FileExistsError, compat.UnsafeCheckpointError) as error:
+        sys.exit(f'error: {error}')
 
 
 if __name__ == '__main__':
