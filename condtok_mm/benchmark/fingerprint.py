@@ -4,8 +4,8 @@ cell only when it is the cell asked for.
 The fingerprint of a cell is its resolved config (the config file after every --cfg-options, as
 tools/train.py reads it; canonical JSON), its options, seed, learning rate, the condtok_mm version and the
 SHA-256 of the files the config reads that can change under the same path: the checkpoints it loads
-(``init_cfg.checkpoint``, ``load_from``; a pretrained backbone trained again is another cell) and the annotation
-files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work dir is not part of it:
+(``init_cfg.checkpoint``, ``load_from``, local or http(s)://; a pretrained backbone trained again is another
+cell) and the annotation files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work dir is not part of it:
 a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same cell when these agree.
 """
 import functools
@@ -15,8 +15,10 @@ import os
 import os.path as osp
 import subprocess
 
+from condtok_mm.compat.checkpoint_loading import download_url
 from condtok_mm.version import __version__
 from .plan import resolved_config
+from .results import read_json
 
 FINGERPRINT_FILE = 'suite_cell.json'
 FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
@@ -57,8 +59,16 @@ def sha256(path, size, mtime_ns):
 
 
 def file_digest(path, root):
-    """'sha256:HEX' of a local file (relative paths from ``root``, where the tools run), or None for what is
-    not one (a URL, a file that is not there yet)."""
+    """'sha256:HEX' of a local file (relative paths from ``root``, where the tools run) or of an http(s)://
+    checkpoint (the copy the cell loads, downloaded into the hub cache under the whole URL's name), or None for
+    a file that is not there yet or a URL that cannot be fetched now."""
+    if path.startswith(('http://', 'https://')):
+        try:
+            full = download_url(path)
+        except OSError:  # urllib's URLError and HTTPError are OSErrors: the cell's own load will name it
+            return None
+        stat = os.stat(full)
+        return 'sha256:' + sha256(osp.realpath(full), stat.st_size, stat.st_mtime_ns)
     full = path if osp.isabs(path) else osp.join(root, path)
     if not osp.isfile(full):
         return None
@@ -110,12 +120,12 @@ def recorded_wall_time(cell):
 
 
 def cell_record(cell):
-    """The cell's suite_cell.json as a dict, or None where it has none."""
+    """The cell's suite_cell.json as a dict, or None where it has none; raises
+    :class:`~condtok_mm.benchmark.results.UnreadableCellFile` naming a record that cannot be parsed."""
     path = fingerprint_path(cell)
     if not osp.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path)
 
 
 def recorded_fingerprint(cell):

@@ -19,13 +19,21 @@ Every way mmengine reads a checkpoint (``load_from``, ``--resume``, ``tools/test
 
 Here all of them load with torch's weights-only unpickler, allowing exactly the types mmengine checkpoints hold,
 and refuse anything else with :class:`UnsafeCheckpointError`. Downloads land where mmengine puts them
-(torch.hub's cache, ``<torch.hub.get_dir()>/checkpoints``).
+(torch.hub's cache, ``<torch.hub.get_dir()>/checkpoints``), under a name keyed by the whole URL
+(:func:`url_cache_name`; torch.hub keys by the file name, so two URLs ending in the same name would share one).
+
+:func:`apply` installs the loaders for the whole process (the opt-in); :func:`weights_only_loading` installs them
+for a block and restores mmengine's after it, which is how condtok_mm's own modules load their checkpoints.
 """
+import contextlib
+import hashlib
 import io
+import os
 import os.path as osp
 import pickle
 import re
 import warnings
+from collections import OrderedDict
 from tempfile import TemporaryDirectory
 from urllib.parse import urlparse
 
@@ -126,16 +134,30 @@ def load_from_local(filename, map_location=None):
                               filename, filename)
 
 
-def _load_url(url, model_dir=None, map_location=None):
-    # torch.hub.load_state_dict_from_url downloads into <hub dir>/checkpoints/<the URL's file name> once, as
-    # mmengine's load_url does; it is asked for weights_only=True here.
+def url_cache_name(url):
+    """The file name a URL's checkpoint is cached under: the URL's file name after the first 16 hex digits of the
+    whole URL's SHA-256. torch.hub keys its cache by the file name alone, so .../v1/model.pth and .../v2/model.pth
+    would load the same file."""
+    return f'{hashlib.sha256(url.encode()).hexdigest()[:16]}-{osp.basename(urlparse(url).path)}'
+
+
+def download_url(url, model_dir=None):
+    """The local copy of a URL's checkpoint (downloaded once into ``model_dir``, default <torch hub dir>/checkpoints,
+    under :func:`url_cache_name`); nothing in it is unpickled."""
     if model_dir is None:
         model_dir = osp.join(torch.hub.get_dir(), 'checkpoints')
-    cached_file = osp.join(model_dir, osp.basename(urlparse(url).path))
-    return _load_weights_only(
-        lambda: torch.hub.load_state_dict_from_url(url, model_dir=model_dir, map_location=map_location,
-                                                   weights_only=True), f'{url} (downloaded to {cached_file})',
-        cached_file)
+    cached_file = osp.join(model_dir, url_cache_name(url))
+    if not osp.isfile(cached_file):
+        os.makedirs(model_dir, exist_ok=True)
+        torch.hub.download_url_to_file(url, cached_file, progress=False)
+    return cached_file
+
+
+def _load_url(url, model_dir=None, map_location=None):
+    # as mmengine's load_url, one download into the hub cache, but keyed by the whole URL and read weights-only
+    cached_file = download_url(url, model_dir)
+    return _load_weights_only(lambda: torch.load(cached_file, map_location=map_location, weights_only=True),
+                              f'{url} (downloaded to {cached_file})', cached_file)
 
 
 def load_from_http(filename, map_location=None, model_dir=None):
@@ -196,6 +218,21 @@ def load_from_openmmlab(filename, map_location=None):
     if model_url.startswith(('http://', 'https://')):
         return load_from_http(model_url, map_location=map_location)
     return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
+
+
+@contextlib.contextmanager
+def weights_only_loading():
+    """Within it every scheme of mmengine's CheckpointLoader loads weights-only, as after :func:`apply`; after it
+    the loaders are what they were. condtok_mm's modules load their checkpoints (their own ``init_cfg``, a
+    wrapped module's) inside it, so that a host that did not opt in to condtok_mm.compat still never runs a
+    checkpoint's pickle through them, and mmengine is left as the host has it."""
+    # register_scheme edits the dict in place before it sorts it into a new one: keep a copy
+    schemes, http_loader = OrderedDict(CheckpointLoader._schemes), checkpoint_module.load_from_http
+    apply()
+    try:
+        yield
+    finally:
+        CheckpointLoader._schemes, checkpoint_module.load_from_http = schemes, http_loader
 
 
 def apply() -> None:

@@ -11,17 +11,19 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 
 from condtok_mm.models.valid_region import BatchValidRegion, valid_token_shapes
+from condtok_mm.models.weights_only_init import WeightsOnlyInit
 
 __all__ = ['TransparentWrapper', 'TOKEN_LAYOUTS', 'condition_layout']
 
 TOKEN_LAYOUTS = ('auto', 'BNC', 'BHWC', 'BCHW')
 
 
-class TransparentWrapper(BaseModule):
+class TransparentWrapper(WeightsOnlyInit, BaseModule):
     """A module around ``self.wrapped`` whose state dict has exactly the wrapped module's keys.
 
     Checkpoints of the wrapped module (and detectors' checkpoints, through ``load_from``) then load with
-    no key remapping, and the wrapper's own checkpoints load into the unwrapped module. A subclass sets
+    no key remapping, and the wrapper's own checkpoints load into the unwrapped module. Every checkpoint its
+    ``init_weights`` loads, the wrapped module's included, is read weights-only (:class:`WeightsOnlyInit`). A subclass sets
     ``self.wrapped`` in its ``__init__``; its forward is the wrapped module's unless it overrides it.
 
     Args:
@@ -55,18 +57,11 @@ class TransparentWrapper(BaseModule):
 def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
                      hw_shape: Optional[Tuple[int, int]] = None,
                      region: Optional[BatchValidRegion] = None) -> torch.Tensor:
-    """Condition each image's token matrix of a tensor in one of TOKEN_LAYOUTS; same layout back.
-
-    'auto' reads a 3-D tensor as (B, N, C) and a 4-D tensor as (B, C, H, W), PyTorch's convention for
-    feature maps; channel-last maps (B, H, W, C), such as ViTDet's patch embedding, need 'BHWC'. The token
-    grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
+    """Condition each image's token matrix of a tensor in 'BNC', 'BHWC' or 'BCHW' layout; same layout back
+    ('auto' is resolved by the caller, which knows the module: :func:`condtok_mm.models.layout.output_layout`).
+    The token grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
     With the batch's valid ``region`` each image is conditioned on its valid tokens only.
     """
-    if layout == 'auto':
-        if tokens.dim() not in (3, 4):
-            raise ValueError(f'{conditioner.location}: cannot read a {tokens.dim()}-D tensor of shape '
-                             f'{tuple(tokens.shape)} as tokens; expected (B, N, C) or (B, C, H, W)')
-        layout = 'BNC' if tokens.dim() == 3 else 'BCHW'
     if tokens.dim() != len(layout):
         raise ValueError(f'{conditioner.location}: token_layout={layout!r} does not fit a tensor of shape '
                          f'{tuple(tokens.shape)}; valid layouts are {", ".join(TOKEN_LAYOUTS)}')

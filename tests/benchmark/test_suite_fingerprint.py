@@ -3,13 +3,17 @@ fingerprint the suite asks for (on written runs; tests/benchmark/test_run_suite.
 import argparse
 import hashlib
 import json
+import os.path as osp
 import subprocess
 
+import torch
+
 from condtok_mm.benchmark import launch
-from condtok_mm.benchmark.fingerprint import (FINGERPRINT_FILE, differences, input_files, recorded_wall_time,
-                                              source_commit)
+from condtok_mm.benchmark.fingerprint import (FINGERPRINT_FILE, differences, fingerprint, input_files,
+                                              recorded_wall_time, source_commit)
 from condtok_mm.benchmark.plan import Cell
 from conftest import REPO_ROOT
+from helpers.loopback_server import serving
 from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
@@ -155,6 +159,26 @@ def test_a_checkpoint_or_annotation_file_changed_under_the_same_path_is_another_
     assert result.returncode == 1
     assert result.stderr.count('input train_dataloader.dataset.ann_file: sha256:') == 2
     assert f'recorded, <none> now ({annotations})' in result.stderr
+
+
+def test_a_url_checkpoint_is_recorded_with_the_sha256_of_the_file_each_url_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    monkeypatch.setenv('NO_PROXY', '127.0.0.1,localhost')
+    monkeypatch.setenv('no_proxy', '127.0.0.1,localhost')
+    monkeypatch.setattr(torch.hub, '_hub_dir', None)
+    served = tmp_path / 'served'
+    for version in ('v1', 'v2'):
+        (served / version).mkdir(parents=True)
+        (served / version / 'model.pth').write_bytes(f'weights {version}'.encode())
+    with serving(served) as url:
+        digests = {}
+        for version in ('v1', 'v2'):
+            cell = Cell('baseline', 1e-3, 0, str(tmp_path / version), BASELINE, osp.join(REPO_ROOT, BASELINE),
+                        options=[f'load_from={url}/{version}/model.pth'])
+            digests[version] = fingerprint(cell, REPO_ROOT)['inputs']['load_from']
+    assert digests == {version: dict(path=f'{url}/{version}/model.pth',
+                                     digest='sha256:' + hashlib.sha256(f'weights {version}'.encode()).hexdigest())
+                       for version in ('v1', 'v2')}
 
 
 def test_a_cell_recorded_before_inputs_were_hashed_is_refused_with_how_to_use_it(tmp_path):

@@ -25,7 +25,9 @@ from mmengine.runner import checkpoint as checkpoint_module
 from torch import nn
 
 from condtok_mm import compat
+from condtok_mm.compat.checkpoint_loading import url_cache_name
 from conftest import DEMO, REPO_ROOT, data_options
+from helpers.loopback_server import serving
 from toy_runner import toy_cfg
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
@@ -115,47 +117,6 @@ def test_tools_test_refuses_a_checkpoint_that_would_run_a_command(source, shapes
     assert not marker.exists()
 
 
-class QuietFileHandler(http.server.SimpleHTTPRequestHandler):
-
-    def log_message(self, format, *args):
-        pass
-
-
-@contextlib.contextmanager
-def serving(directory, max_requests=8, timeout=120):
-    """The files of ``directory`` served at http://127.0.0.1:PORT/ (yields that URL) by a thread that answers
-    at most ``max_requests`` requests and stops by itself after ``timeout`` seconds, or when the block ends."""
-    server = http.server.HTTPServer(('127.0.0.1', 0), functools.partial(QuietFileHandler,
-                                                                        directory=str(directory)))
-    server.timeout = 0.2  # handle_request returns after this without a request, so the loop sees the stop
-    stop = threading.Event()
-    deadline = time.monotonic() + timeout
-
-    def answer():
-        answered = 0
-        while answered < max_requests and not stop.is_set() and time.monotonic() < deadline:
-            before = server.handled_requests
-            server.handle_request()
-            answered += server.handled_requests - before
-
-    server.handled_requests = 0
-    original_finish = server.finish_request
-
-    def finish_request(request, client_address):
-        server.handled_requests += 1
-        original_finish(request, client_address)
-
-    server.finish_request = finish_request
-    thread = threading.Thread(target=answer, daemon=True)
-    thread.start()
-    try:
-        yield f'http://127.0.0.1:{server.server_address[1]}'
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-        server.server_close()
-
-
 @pytest.fixture
 def caches(tmp_path, monkeypatch):
     """torch.hub's and mmengine's download caches in tmp_path (nothing reaches the user's ~/.cache), and no
@@ -195,7 +156,8 @@ def test_load_from_a_url_refuses_a_checkpoint_that_would_run_a_command(tmp_path,
     directory, url = served
     marker = tmp_path / 'the_command_ran'
     save_a_checkpoint_that_runs(f'touch {marker}', str(directory / 'evil.pth'))
-    cached = caches / 'torch_home' / 'hub' / 'checkpoints' / 'evil.pth'  # torch.hub's cache, as mmengine's
+    # torch.hub's cache, as mmengine's, under a name keyed by the whole URL
+    cached = caches / 'torch_home' / 'hub' / 'checkpoints' / url_cache_name(f'{url}/evil.pth')
     with pytest.raises(compat.UnsafeCheckpointError, match=re.escape(
             f'Refusing to load the checkpoint {url}/evil.pth (downloaded to {cached}): it holds posix.system, ')):
         load_from_runner(tmp_path, f'{url}/evil.pth')
@@ -220,7 +182,8 @@ def test_our_checkpoints_and_plain_weights_files_load_from_a_url(tmp_path, cache
     model = load_from_runner(tmp_path, f'{url}/ours.pth')
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, trained[name]), name
-    assert (caches / 'torch_home' / 'hub' / 'checkpoints' / 'ours.pth').is_file()  # the normal cache
+    assert (caches / 'torch_home' / 'hub' / 'checkpoints' /
+            url_cache_name(f'{url}/ours.pth')).is_file()  # the normal cache folder
 
     weights = PretrainedLinear(None).state_dict()
     torch.save(weights, directory / 'plain.pth')  # torch.save of a state dict, as model zoos publish them
@@ -229,6 +192,24 @@ def test_our_checkpoints_and_plain_weights_files_load_from_a_url(tmp_path, cache
     assert weights.keys() == module.state_dict().keys()
     for name, tensor in module.state_dict().items():
         assert torch.equal(tensor, weights[name]), name
+
+
+def test_two_urls_that_end_in_the_same_file_name_load_their_own_weights(tmp_path, caches, served):
+    directory, url = served
+    for version, value in (('v1', 1.0), ('v2', 2.0)):
+        (directory / version).mkdir()
+        torch.save({'w': torch.full((2, ), value)}, directory / version / 'model.pth')
+    first = load_checkpoint_from_url(f'{url}/v1/model.pth')
+    second = load_checkpoint_from_url(f'{url}/v2/model.pth')
+    assert first['w'].tolist() == [1.0, 1.0] and second['w'].tolist() == [2.0, 2.0]
+    assert load_checkpoint_from_url(f'{url}/v1/model.pth')['w'].tolist() == [1.0, 1.0]  # from the cache
+    names = sorted(p.name for p in (caches / 'torch_home' / 'hub' / 'checkpoints').iterdir())
+    assert len(names) == 2 and all(name.endswith('-model.pth') for name in names)
+
+
+def load_checkpoint_from_url(url):
+    from mmengine.runner.checkpoint import CheckpointLoader
+    return CheckpointLoader.load_checkpoint(url, map_location='cpu')
 
 
 FAKE_MODULES = osp.join(REPO_ROOT, 'tests', 'compat', 'fake_modules')  # petrel_client and pavi stand-ins

@@ -10,11 +10,12 @@ from condtok_mm.models.arguments import check_conditioned_somewhere, check_condi
 from condtok_mm.models.layout import first_attention_blocks
 from condtok_mm.models.token_conditioner import build_token_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
+from condtok_mm.models.weights_only_init import WeightsOnlyInit
 from condtok_mm.registry import MODELS
 
 
 @MODELS.register_module()
-class CondSwinTransformer(SwinTransformer):
+class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
     """Swin Transformer whose token matrices are conditioned before they enter the chosen stages.
 
     Identical to :class:`mmdet.models.backbones.SwinTransformer` (same arguments, same parameters and

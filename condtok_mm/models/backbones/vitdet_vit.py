@@ -18,6 +18,7 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from mmengine.runner.checkpoint import CheckpointLoader
 
+from condtok_mm.compat.checkpoint_loading import weights_only_loading
 from condtok_mm.models.layout import window_partition, window_unpartition
 from condtok_mm.registry import MODELS
 
@@ -320,8 +321,9 @@ class ViTDetViT(BaseModule):
                            'starts from scratch')
             self.apply(self._vitdet_init)
             return
-        checkpoint = CheckpointLoader.load_checkpoint(self.init_cfg['checkpoint'], map_location='cpu',
-                                                      logger=logger)
+        with weights_only_loading():  # never the pickle of a URL's file, opted in to condtok_mm.compat or not
+            checkpoint = CheckpointLoader.load_checkpoint(self.init_cfg['checkpoint'], map_location='cpu',
+                                                          logger=logger)
         state_dict = checkpoint.get('model', checkpoint.get('state_dict', checkpoint))
         result = self.load_state_dict(state_dict, strict=False)
         # An MAE checkpoint has no relative position embeddings (they keep their zero start) and has keys
