@@ -19,7 +19,7 @@ import torch.nn.functional as F
 __all__ = [
     'unwrapped', 'PROJECTION_BLOCKS', 'attention_projections', 'find_attention_modules', 'block_norms',
     'find_residual_blocks', 'first_attention_blocks', 'block_token_grid', 'patch_embedding',
-    'output_token_grid', 'patch_embedding_tokens', 'conditioner_stage', 'window_owners', 'owner_windows',
+    'output_token_grid', 'patch_embedding_tokens', 'output_layout', 'conditioner_stage', 'window_owners', 'owner_windows',
     'window_partition', 'window_unpartition'
 ]
 
@@ -159,6 +159,30 @@ def output_token_grid(output: tuple) -> Optional[Tuple[int, int]]:
             and all(isinstance(v, int) for v in output[1]):
         return tuple(output[1])
     return None
+
+
+# The (B, H, W, C) outputs among the modules whose 4-D output layout this file knows (by class name, through
+# subclasses): ViTDet's patch embedding is channel-last. A convolution's output is (B, C, H, W).
+CHANNEL_LAST_OUTPUTS = ('ViTDetPatchEmbed', )
+
+
+def output_layout(module: nn.Module, tokens: torch.Tensor, location: str) -> str:
+    """The layout of ``module``'s output tensor ``tokens`` as token_layout='auto' reads it: 'BNC' for 3-D tokens;
+    for a 4-D output the layout of the modules this file knows (:data:`CHANNEL_LAST_OUTPUTS` 'BHWC', a
+    convolution 'BCHW'). Any other 4-D output could be either, and raises naming the layouts."""
+    if tokens.dim() == 3:
+        return 'BNC'
+    if tokens.dim() != 4:
+        raise ValueError(f'{location}: cannot read a {tokens.dim()}-D tensor of shape {tuple(tokens.shape)} as '
+                         "tokens; expected (B, N, C), (B, C, H, W) or (B, H, W, C)")
+    if any(cls.__name__ in CHANNEL_LAST_OUTPUTS for cls in type(module).__mro__):
+        return 'BHWC'
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return 'BCHW'
+    raise ValueError(f"{location}: token_layout='auto' cannot tell whether the {type(module).__name__} output of "
+                     f"shape {tuple(tokens.shape)} is (B, C, H, W) or (B, H, W, C); give token_layout='BCHW' or "
+                     "'BHWC' ('auto' knows 3-D (B, N, C) tokens, convolutions' (B, C, H, W) and "
+                     f"{', '.join(CHANNEL_LAST_OUTPUTS)}'s (B, H, W, C))")
 
 
 def patch_embedding_tokens(output) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:

@@ -68,6 +68,33 @@ def test_wrapped_backbone_keys_outputs_and_conditioning(cfg, target, layout, siz
     assert any(not torch.allclose(a, b) for a, b in zip(expected, conditioned))
 
 
+VITDET = dict(type='ViTDetViT', img_size=128, patch_size=16, embed_dim=32, depth=2, num_heads=2, window_size=4,
+              window_block_indexes=(0, ), use_rel_pos=True)
+
+
+def test_auto_layout_reads_vitdets_channel_last_patch_embedding_and_bounds_its_token_matrices():
+    torch.manual_seed(0)
+    wrapper = build(VITDET)  # token_layout='auto', the README's example
+    seen = output_of(wrapper.wrapped, 'patch_embed')
+    with torch.no_grad():
+        wrapper(torch.randn(2, 3, 128, 160))
+    tokens = seen['out']
+    assert tokens.shape == (2, 8, 10, 32)  # (B, H, W, C)
+    assert (condition_number(tokens.flatten(1, 2).double()) <= 2 * (1 + 1e-4)).all()
+
+
+def test_auto_layout_refuses_a_4d_output_it_cannot_read_naming_the_layouts():
+    wrapper = build(dict(type='mmdet.ResNet', depth=18, out_indices=(0, )), targets=('layer1', ))
+    with pytest.raises(ValueError, match=r"token_layout='auto' cannot tell whether the ResLayer output of shape "
+                       r"\(1, 64, 16, 16\) is \(B, C, H, W\) or \(B, H, W, C\); give token_layout='BCHW' or 'BHWC'"):
+        wrapper(torch.randn(1, 3, 64, 64))
+    conv = build(dict(type='mmdet.ResNet', depth=18, out_indices=(0, )), targets=('conv1', ))  # a convolution
+    seen = output_of(conv.wrapped, 'conv1')
+    with torch.no_grad():
+        conv(torch.randn(1, 3, 64, 64))
+    assert (condition_number(as_matrix(seen['out']).double()) <= 2 * (1 + 1e-4)).all()  # read as (B, C, H, W)
+
+
 @pytest.mark.slow
 def test_pretrained_weights_load_through_the_wrapped_init_cfg(tmp_path):
     cfg = BACKBONES[0][0]

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_names
-from condtok_mm.models.layout import output_token_grid
+from condtok_mm.models.layout import output_layout, output_token_grid
 from condtok_mm.models.valid_region import BatchValidRegion, batch_valid_region
 from condtok_mm.models.wrappers import TOKEN_LAYOUTS, TransparentWrapper, condition_layout
 from condtok_mm.registry import MODELS
@@ -23,10 +23,12 @@ class OutputConditioner(nn.Module):
         self.region: Optional[BatchValidRegion] = None
 
     def hook(self, module, args, output):
-        if isinstance(output, tuple):  # e.g. (tokens, hw_shape)
-            return (condition_layout(self.conditioner, output[0], self.layout, output_token_grid(output),
-                                     self.region), ) + output[1:]
-        return condition_layout(self.conditioner, output, self.layout, region=self.region)
+        tokens = output[0] if isinstance(output, tuple) else output  # e.g. (tokens, hw_shape)
+        layout = output_layout(module, tokens, self.conditioner.location) if self.layout == 'auto' else self.layout
+        if isinstance(output, tuple):
+            return (condition_layout(self.conditioner, tokens, layout, output_token_grid(output), self.region),
+                    ) + output[1:]
+        return condition_layout(self.conditioner, tokens, layout, region=self.region)
 
 
 @MODELS.register_module()
@@ -54,8 +56,10 @@ class CondTokBackbone(TransparentWrapper):
         targets (Sequence[str]): distinct names of submodules of the wrapped backbone (as in
             ``named_modules()``) whose outputs are conditioned; empty only with ``conditioning=None``.
             Default: ('patch_embed',).
-        token_layout (str): how to read the targets' output tensors: 'auto' ((B, N, C) for 3-D, (B, C, H, W)
-            for 4-D), 'BNC', 'BHWC' or 'BCHW'. Default: 'auto'.
+        token_layout (str): how to read the targets' output tensors: 'BNC', 'BHWC', 'BCHW' or 'auto': (B, N, C)
+            for 3-D, and for 4-D the layout of the modules it knows (ViTDet's patch embedding (B, H, W, C), a
+            convolution (B, C, H, W)); any other 4-D output raises, naming the layouts to choose from.
+            Default: 'auto'.
         init_cfg (dict, optional): initialization of the wrapper itself; pretrained weights belong in the
             wrapped backbone's ``init_cfg``. Default: None.
     """
