@@ -123,3 +123,25 @@ def test_a_wrapped_backbone_is_covered_by_its_own_checkpoint(config):
     checkpoint = {'state_dict': model.state_dict()}
     assert unloaded_parameters(model, checkpoint) == ([], [])
     check_checkpoint_covers_model(model, checkpoint, 'its own checkpoint', config)
+
+
+MALFORMED = {
+    'a list': ([torch.ones(1)], "it is a list, where a dict of parameter names to tensors"),
+    'state_dict None': ({'state_dict': None, 'meta': {}}, "its 'state_dict' is a NoneType, where a dict"),
+    'non-tensor values': ({'state_dict': {'backbone.x': 'weights', 'neck.y': [1.0]}},
+                          "2 entries of its 'state_dict' are not parameter names with tensors "
+                          "\\(e.g. 'backbone.x': str, 'neck.y': list\\)"),
+}
+
+
+@pytest.mark.slow  # a fresh Python process each
+@pytest.mark.parametrize('kind, allow_partial', [(kind, False) for kind in sorted(MALFORMED)] + [('a list', True)])
+def test_tools_test_names_a_checkpoint_that_is_not_one_of_a_model(kind, allow_partial, shapes_root, tmp_path):
+    content, message = MALFORMED[kind]
+    path = str(tmp_path / 'malformed.pth')
+    torch.save(content, path)
+    result = run_test_tool(path, shapes_root, tmp_path, *(['--allow-partial-checkpoint'] if allow_partial else []))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(f'error: the checkpoint {re.escape(path)} is not a checkpoint of a model: {message}',
+                     result.stderr), result.stderr[-3000:]
+    assert 'Traceback' not in result.stderr

@@ -48,3 +48,14 @@ def test_the_script_runs_as_a_command(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f'wrote 2 train and 2 val images to {tmp_path / "shapes"} in ')
     assert len(json.load(open(tmp_path / 'shapes' / 'annotations' / 'instances_val.json'))['images']) == 2
+
+
+@pytest.mark.parametrize('options, message', [
+    (['--num-train', '-3'], '--num-train -3: a split needs at least 1 image'),
+    (['--num-val', '0'], '--num-val 0: a split needs at least 1 image'),
+    (['--size', '8', '8'], '--size 8 8: images need sides of at least 32 pixels'),
+])
+def test_a_dataset_without_annotations_is_refused_before_anything_is_written(tmp_path, options, message):
+    result = run_main(make_shapes.main, TOOL, '--out-dir', str(tmp_path / 'shapes'), *options)
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / 'shapes').exists()

@@ -63,3 +63,13 @@ def test_mim_train_test_and_run_use_our_tools(host, shapes_root):
     printed = mim(host, 'run', 'condtok_mm', 'plot_conditioning', 'work', '--out', 'kappa.png')
     assert re.search(r'tokens_out_mean stage0 +2 ', printed)  # conditioned: kappa 2
     assert (root / 'kappa.png').is_file()
+
+
+@pytest.mark.slow
+def test_mim_search_finds_our_model_index_in_the_make_install_environment(tmp_path):
+    """The environment tools/install.sh makes (an editable install of this checkout), from a folder outside it."""
+    env = {name: value for name, value in os.environ.items() if name != 'PYTHONPATH'}
+    result = subprocess.run([sys.executable, '-m', 'mim', 'search', 'condtok_mm'], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'config id: mask-rcnn_condtok' in result.stdout

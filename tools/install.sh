@@ -119,6 +119,12 @@ log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requireme
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
     -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
+# mim finds a package's configs, tools and model index in <its distribution's location>/<package>/.mim
+# (mim/utils/utils.py get_installed_path): an egg-link's checkout for the `setup.py develop` installs mmdet's setup
+# was written for, site-packages for a PEP 660 editable install, where no condtok_mm folder is. A link there to the
+# checkout's package gives `mim search/train/test/run condtok_mm` the .mim folder that a wheel install ships.
+SITE_PACKAGES=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+ln -sfn "$ROOT/condtok_mm" "$SITE_PACKAGES/condtok_mm"
 
 check_mmcv_ops || die "mmcv's compiled ops ($MMCV_BUILD_TAG) do not work; remove $WHEEL_DIR and rerun"
 "$VPY" -c 'import condtok_mm, mmdet, mmpretrain; print("[install] condtok_mm", condtok_mm.__version__, "| mmdet", mmdet.__version__, "| mmpretrain", mmpretrain.__version__)'

@@ -23,7 +23,7 @@ import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
 from condtok_mm.utils import check_dataset_files  # noqa: E402
 from condtok_mm.utils.runtime import (PARTIAL_CHECKPOINT_LIMIT, CheckpointCoverageCheck,  # noqa: E402
-                                      DatasetNotFoundError, PartialCheckpointError)
+                                      DatasetNotFoundError, MalformedCheckpointError, PartialCheckpointError)
 
 
 def parse_args():
@@ -133,8 +133,8 @@ def main():
         # build customized runner from the registry
         # if 'runner_type' is set in the cfg
         runner = RUNNERS.build(cfg)
-    if not args.allow_partial_checkpoint:
-        runner.register_hook(CheckpointCoverageCheck(args.checkpoint, args.config), priority='LOWEST')
+    limit = 1.0 if args.allow_partial_checkpoint else PARTIAL_CHECKPOINT_LIMIT  # 1: only that it is a model's
+    runner.register_hook(CheckpointCoverageCheck(args.checkpoint, args.config, limit), priority='LOWEST')
 
     # add `DumpResults` dummy metric
     if args.out is not None:
@@ -144,7 +144,7 @@ def main():
     # start testing
     try:
         runner.test()
-    except (compat.UnsafeCheckpointError, PartialCheckpointError) as error:  # the tested checkpoint
+    except (compat.UnsafeCheckpointError, PartialCheckpointError, MalformedCheckpointError) as error:  # the checkpoint
         sys.exit(f'error: {error}')
 
 

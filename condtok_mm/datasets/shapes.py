@@ -18,6 +18,8 @@ SHAPE_CLASSES = ('circle', 'square', 'triangle', 'star')
 SPLIT_SEEDS = {'train': 0, 'val': 1}
 # An instance is only placed if every earlier instance keeps at least this fraction of its area visible.
 MIN_VISIBLE_FRACTION = 0.5
+# The shortest image side that holds a shape: each is 8-22 % of the shorter side across and at least 40 pixels.
+MIN_IMAGE_SIDE = 32
 
 
 def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -126,6 +128,10 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
         dict: split name -> annotation file path.
     """
     height, width = image_size
+    if min(num_train, num_val) < 1 or min(height, width) < MIN_IMAGE_SIDE:
+        raise ValueError(f'make_shapes_dataset: num_train={num_train}, num_val={num_val}, image_size={image_size}: '
+                         f'each split needs at least 1 image, and each side at least {MIN_IMAGE_SIDE} pixels to '
+                         'hold a shape')
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(SHAPE_CLASSES)]
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     ann_files = {}
@@ -146,6 +152,9 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
                                                inst['category_id']))
                 semantic[inst['mask']] = inst['category_id']
             Image.fromarray(semantic).save(osp.join(root, 'semantic', split, file_name))
+        if not annotations:  # training on it would fail deep in mmdet ("need at least one array to concatenate")
+            raise ValueError(f'make_shapes_dataset: none of the {count} {split} images of {height}x{width} holds a '
+                             'shape; make more or larger images')
         ann_file = osp.join(root, 'annotations', f'instances_{split}.json')
         with open(ann_file + '.tmp', 'w') as f:
             json.dump(dict(images=images, annotations=annotations, categories=categories), f)

@@ -112,6 +112,31 @@ class PartialCheckpointError(RuntimeError):
     """A checkpoint leaves more than :data:`PARTIAL_CHECKPOINT_LIMIT` of the model's parameters unloaded."""
 
 
+class MalformedCheckpointError(ValueError):
+    """A checkpoint whose state dict (its 'state_dict', or itself) is not a dict of names to tensors."""
+
+
+def checkpoint_state_dict(checkpoint, checkpoint_name: str) -> dict:
+    """The state dict Runner.load_checkpoint would load from ``checkpoint`` (its 'state_dict', or itself); raises
+    :class:`MalformedCheckpointError` naming the checkpoint where that is not a dict of names to tensors, where
+    mmengine would fail with an AttributeError or TypeError deep in its loader."""
+    state_dict = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else checkpoint
+    where = "its 'state_dict'" if isinstance(checkpoint, dict) and 'state_dict' in checkpoint else 'it'
+    if not isinstance(state_dict, dict):
+        raise MalformedCheckpointError(
+            f'the checkpoint {checkpoint_name} is not a checkpoint of a model: {where} is a '
+            f'{type(state_dict).__name__}, where a dict of parameter names to tensors (mmengine saves one under '
+            "'state_dict') is needed; give the epoch_N.pth a training run wrote, or a published one")
+    malformed = [f'{key!r}: {type(value).__name__}' for key, value in state_dict.items()
+                 if not isinstance(key, str) or not isinstance(value, torch.Tensor)]
+    if malformed:
+        raise MalformedCheckpointError(
+            f'the checkpoint {checkpoint_name} is not a checkpoint of a model: {len(malformed)} entries of {where} '
+            f'are not parameter names with tensors (e.g. {", ".join(malformed[:3])}); give the epoch_N.pth a '
+            'training run wrote, or a published one')
+    return state_dict
+
+
 def saved_parameters(model: nn.Module) -> dict:
     """{name: parameter} under the names the model's state dict gives them: its state-dict hooks included (our
     wrappers, e.g. SpectralAttentionBackbone, save the wrapped backbone's keys, not `wrapped.`'s)."""
@@ -129,7 +154,7 @@ def unloaded_parameters(model: nn.Module, checkpoint: dict) -> Tuple[List[str], 
         tuple[list[str], list[tuple[str, tuple, tuple]]]: the names missing from the checkpoint, and the
         (name, model shape, checkpoint shape) of those of another shape there.
     """
-    state_dict = checkpoint.get('state_dict', checkpoint)
+    state_dict = checkpoint_state_dict(checkpoint, 'given')
     state_dict = {re.sub(r'^module\.', '', key): value for key, value in state_dict.items()}
     missing, mismatched = [], []
     for name, parameter in saved_parameters(model).items():
@@ -143,7 +168,11 @@ def unloaded_parameters(model: nn.Module, checkpoint: dict) -> Tuple[List[str], 
 def check_checkpoint_covers_model(model: nn.Module, checkpoint: dict, checkpoint_name: str, config_name: str,
                                   limit: float = PARTIAL_CHECKPOINT_LIMIT) -> None:
     """Raise PartialCheckpointError if ``checkpoint`` leaves more than ``limit`` of ``model``'s parameters
-    (in elements) unloaded; the message names the counts, a few keys, the checkpoint and the config."""
+    (in elements) unloaded; the message names the counts, a few keys, the checkpoint and the config. A checkpoint
+    that is not one of a model raises :class:`MalformedCheckpointError` whatever the limit."""
+    checkpoint_state_dict(checkpoint, checkpoint_name)
+    if limit >= 1:
+        return
     missing, mismatched = unloaded_parameters(model, checkpoint)
     shapes = saved_parameters(model)
     total = sum(parameter.numel() for parameter in shapes.values())
@@ -172,11 +201,14 @@ class CheckpointCoverageCheck(Hook):
     Args:
         checkpoint_name (str): the checkpoint as the user gave it (a path or URL), for the message.
         config_name (str): the config file, for the message.
+        limit (float): the largest share of the parameters it may leave unloaded; 1 checks only that it is a
+            checkpoint of a model. Default: :data:`PARTIAL_CHECKPOINT_LIMIT`.
     """
 
-    def __init__(self, checkpoint_name: str, config_name: str):
+    def __init__(self, checkpoint_name: str, config_name: str, limit: float = PARTIAL_CHECKPOINT_LIMIT):
         self.checkpoint_name = checkpoint_name
         self.config_name = config_name
+        self.limit = limit
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         # Runner.load_checkpoint (runner/runner.py L2127-2138) calls this hook between reading the checkpoint and
@@ -184,4 +216,4 @@ class CheckpointCoverageCheck(Hook):
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         if isinstance(model, BaseTTAModel):
             model = model.module
-        check_checkpoint_covers_model(model, checkpoint, self.checkpoint_name, self.config_name)
+        check_checkpoint_covers_model(model, checkpoint, self.checkpoint_name, self.config_name, self.limit)

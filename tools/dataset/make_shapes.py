@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from condtok_mm.datasets.shapes import make_shapes_dataset  # noqa: E402
+from condtok_mm.datasets.shapes import MIN_IMAGE_SIDE, make_shapes_dataset  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -21,7 +21,14 @@ def parse_args(argv=None):
                         help='image height and width')
     parser.add_argument('--seed', type=int, default=0, help='base random seed')
     parser.add_argument('--force', action='store_true', help='rewrite the dataset if it exists')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for option, count in (('--num-train', args.num_train), ('--num-val', args.num_val)):
+        if count < 1:
+            parser.error(f'{option} {count}: a split needs at least 1 image (training and evaluation read both)')
+    if min(args.size) < MIN_IMAGE_SIDE:
+        parser.error(f'--size {args.size[0]} {args.size[1]}: images need sides of at least {MIN_IMAGE_SIDE} pixels '
+                     'to hold a shape (the shapes are 8-22 % of the shorter side, at least 40 pixels each)')
+    return args
 
 
 def main(argv=None):
