@@ -107,6 +107,17 @@ def test_sigint_to_the_runner_stops_its_cell_and_resume_continues_from_the_last_
     assert (work_dir / f'epoch_{EPOCHS_TO_INTERRUPT}.pth').exists()
     summary = json.loads((out_dir / 'suite.json').read_text())
     assert [c['status'] for c in summary['cells_detail']] == ['ran']
+    # its curves are those of the same cell run without an interruption, from iteration 1 (exact resume)
+    uninterrupted = tmp_path / 'uninterrupted'
+    assert run_runner(path, '--out-dir', str(uninterrupted)).returncode == 0
+    reference = json.loads((uninterrupted / 'suite.json').read_text())['cells_detail'][0]['results']
+    resumed = summary['cells_detail'][0]['results']
+    assert len(resumed['scalars']) == 2  # the interrupted run's scalars.json and the resumed one's
+    assert resumed['loss']['iter'] == reference['loss']['iter'] == list(range(1, len(reference['loss']['iter']) + 1))
+    assert resumed['loss']['value'] == pytest.approx(reference['loss']['value'], rel=1e-6)
+    for key, curve in reference['kappa'].items():
+        assert resumed['kappa'][key]['iter'] == curve['iter']
+        assert resumed['kappa'][key]['value'] == pytest.approx(curve['value'], rel=1e-6)
 
 
 @pytest.mark.slow
