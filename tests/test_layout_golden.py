@@ -2,8 +2,8 @@
 outputs, the plain backbones' outputs, the layout finders' answers and the resolved demo configs.
 
 tests/golden/layout/ was written by this file (``python tests/test_layout_golden.py``) on the commit before
-the layout code moved into condtok_mm/models/layout.py and the demos' shapes dataset into configs/demo/_base_/
-(issue 20), on a CPU with AVX-512; the tests compare today's values with it in one thread, so that the CPU
+the layout code moved into condtok_mm/models/layout.py and the demos' shapes dataset into configs/demo/_base_/,
+on a CPU with AVX-512; the tests compare today's values with it in one thread, so that the CPU
 kernels reduce in one order: structure, keys and text exactly, numbers as far as float32 on another CPU
 reproduces them (see numbers_agree): on an AVX2 CPU MKL rounds otherwise, and the kappa of an attention map or
 of raw tokens, computed in float32 through random models, moves by up to 12 % below 1e4 and by orders of

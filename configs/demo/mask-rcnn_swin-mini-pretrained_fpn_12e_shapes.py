@@ -1,4 +1,4 @@
-# Protocol P0 at the demo scale (issue 24): the baseline demo detector fine-tuned from the mini-Swin pretrained
+# Protocol P0 at the demo scale: the baseline demo detector fine-tuned from the mini-Swin pretrained
 # WITHOUT conditioning on the shapes classification task (configs/demo/swin-mini_1xb32-20e_shapes-cls.py, whose
 # backbone has the same state-dict keys as this one). Pretrain first, or give the checkpoint:
 #   python tools/train.py configs/demo/swin-mini_1xb32-20e_shapes-cls.py

@@ -1,4 +1,4 @@
-# CPU-sized pretraining for the protocol study (issue 24): the demo detector's mini-Swin (the backbone of
+# CPU-sized pretraining for the protocol study: the demo detector's mini-Swin (the backbone of
 # configs/demo/mask-rcnn_swin-mini_fpn_12e_shapes.py, built as mmpretrain's SwinTransformer, which has mmdet's
 # state-dict keys) trained by mmpretrain to classify the shapes images by the class of their largest instance
 # (ShapesClassificationDataset). Its own images, not the detection data's (seed 1; the detection data is seed 0):

@@ -1,4 +1,4 @@
-# Issue 14's controls on COCO: Swin-T Mask R-CNN 1x (mmdet's recipe: lr 1e-4 for 16 GPUs x 2 images), baseline,
+# The controls on COCO: Swin-T Mask R-CNN 1x (mmdet's recipe: lr 1e-4 for 16 GPUs x 2 images), baseline,
 # conditioned tokens and the two token-scale controls, 3 seeds at the recipe's rate and half and twice it.
 # Needs data/coco and GPUs, e.g. 16 GPUs a cell through SLURM (the recipe's batch, 16 x 2 images):
 #   python tools/benchmark/run_suite.py configs/suites/coco_controls_swin-t_1x.py --launcher slurm \

@@ -1,4 +1,4 @@
-# Issue 24's protocols on COCO: Swin-T Mask R-CNN 1x (mmdet's recipe: lr 1e-4 for 16 GPUs x 2 images), the rate chosen on seed 0 among
+# The protocols on COCO: Swin-T Mask R-CNN 1x (mmdet's recipe: lr 1e-4 for 16 GPUs x 2 images), the rate chosen on seed 0 among
 # the recipe's rate and half and twice it. P0-P1-norm start from mmdet's public ImageNet Swin-T (pretrained without
 # conditioning, the original repository's keys: convert_weights=True). P2 starts from a Swin-T pretrained WITH
 # conditioning by mmpretrain (configs/classification/swin-tiny-condtok_16xb64_in1k.py, mmdet's Swin keys: so

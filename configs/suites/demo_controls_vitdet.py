@@ -1,4 +1,4 @@
-# Issue 14's study, second architecture: the demo ViTDet Mask R-CNN (plain ViT, global + window attention, the
+# The controls study, second architecture: the demo ViTDet Mask R-CNN (plain ViT, global + window attention, the
 # paper's main setting), variants A-D of demo_controls_swin.py, each at its best learning rate there (by mean
 # bbox AP over 3 seeds: A 2.5e-4, B 1e-3, C 2.5e-4, D 1e-3; work_dirs/suites/demo_controls_swin/suite.md).
 #   python tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2

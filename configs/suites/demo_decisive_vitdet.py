@@ -1,4 +1,4 @@
-# Issue 23's decisive experiment, second architecture: the demo ViTDet Mask R-CNN (plain ViT, global + window
+# The decisive experiment, second architecture: the demo ViTDet Mask R-CNN (plain ViT, global + window
 # attention) at the same 12-epoch schedule and 200 val images (12 epochs trained it to ~9 bbox AP in an earlier
 # run), A baseline, B conditioned tokens, D norm-matched, each at its rate of the recorded sweep (A 2.5e-4, B and
 # D 1e-3: configs/suites/demo_controls_vitdet.py), fixed in advance, on fresh seeds 3-5:

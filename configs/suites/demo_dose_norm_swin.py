@@ -1,4 +1,4 @@
-# Issue 23's dose-response without the token-scale confound, on the demo Swin Mask R-CNN at the decisive study's
+# The dose-response without the token-scale confound, on the demo Swin Mask R-CNN at the decisive study's
 # schedule (12 epochs, 200 val images). mode='sigma_max' lifts the small singular values to s_1 / t, so the
 # token scale r = ||X + C||_F / ||X||_F grows as the target kappa t falls: comparing doses of X + C compares
 # scales too. control='norm_matched' outputs (X + C) / r, kappa <= t at X's own scale, so along these arms only

@@ -1,4 +1,4 @@
-# Issue 24's protocol study at the demo scale: what conditioning does to a backbone pretrained without it, a ramp,
+# The protocol study at the demo scale: what conditioning does to a backbone pretrained without it, a ramp,
 # norm-matching, and conditioned pretraining (tools/benchmark/run_suite.py). The demo mini-Swin is pretrained on
 # the shapes classification task (its own images) with and without conditioning, then the demo Mask R-CNN is
 # fine-tuned on the detection data for the demo's own 12 epochs (600 iterations; warm-up 100) under each protocol,
@@ -51,7 +51,7 @@ cfg_options = {
     'log_processor.window_size': 1,
 }
 # the two backbones as pretrained for this study (the configs above) and published into its records, so
-# that every session's cells read the same files (their SHA-256 is in each cell's fingerprint)
+# that every cell, on any machine, reads the same files (their SHA-256 is in each cell's fingerprint)
 _unconditioned = '{{$CONDTOK_PRETRAINED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini_1xb32-20e_shapes-cls-43b2bc03.pth}}'
 _conditioned = '{{$CONDTOK_PRETRAINED_CONDITIONED:docs/en/studies/records/demo_protocols_swin/pretrained/swin-mini-condtok_1xb32-20e_shapes-cls-f20e8f05.pth}}'
 _demo = 'configs/demo/mask-rcnn_swin-mini'

@@ -1,4 +1,4 @@
-# Protocol P1-ramp (issue 24): the conditioned Swin-T Mask R-CNN 1x (P1: mmdet's ImageNet Swin-T, pretrained
+# Protocol P1-ramp: the conditioned Swin-T Mask R-CNN 1x (P1: mmdet's ImageNet Swin-T, pretrained
 # without conditioning, fine-tuned with it) with the correction's strength ramped linearly from 0 to 1 over the
 # first 1000 iterations (the recipe's learning-rate warm-up), so that the pretrained weights first see the tokens
 # they were trained on. Validation and testing always run at full strength. Cosine:

@@ -1,4 +1,4 @@
-"""The decisive experiment's suites (configs/suites/demo_decisive_{swin,vitdet}.py, issue 23), its dose-response
+"""The decisive experiment's suites (configs/suites/demo_decisive_{swin,vitdet}.py), its dose-response
 at a held token scale (demo_dose_norm_swin.py) and the XCiT pairs: what they ask the runner to train, at which
 rates and seeds, on which schedule and data, and that each arm's model builds and runs."""
 import os.path as osp

@@ -357,7 +357,7 @@ def test_the_same_suite_is_refused_without_resume_and_resumed_reuses_every_cell(
 @pytest.mark.slow
 def test_another_suite_resumed_into_the_out_dir_stops_naming_the_cells_that_differ(finished_run, small_shapes,
                                                                                    tmp_path):
-    """Issue 21: suite B under suite A's names, resumed into A's out dir, reported A's numbers as B's ("reused")."""
+    """A past fault: suite B under suite A's names, resumed into A's out dir, reported A's numbers as B's ("reused")."""
     out_dir = copy_of_run(finished_run, tmp_path)
     table = (out_dir / 'suite.md').read_bytes()
     other = write_suite(tmp_path / 'b.py', dict(baseline=dict(config=CONDITIONED), scaled=dict(

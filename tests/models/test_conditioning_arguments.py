@@ -1,4 +1,4 @@
-"""Where and whether a model is conditioned is checked when it is built (issue 21): a wrong ``conditioning``,
+"""Where and whether a model is conditioned is checked when it is built: a wrong ``conditioning``,
 ``condition_stages``, ``targets`` or ``levels`` raises a ValueError that names the model, the argument and
 the fix, and a conditioning config with nowhere to act is refused instead of building an unconditioned model."""
 import re

@@ -31,13 +31,13 @@ a GPU the blocking CUDA calls, on a CPU the ops that would make a GPU wait for a
 FLOPs per image (a consumer GPU runs float64 at 1/32-1/64 of its float32 rate), and it gives the
 conditioner's time as a share of the baseline's training step and inference.
 
-With ``--methods spectral graying`` the comparison methods of issue 12 are measured side by side, as more
+With ``--methods spectral graying`` the comparison methods (spectral conditioning, Token Graying) are measured side by side, as more
 variants of the same interleaved rounds (same weights, same batch): spectral conditioning of attention
 (``-spectral`` configs, W_Q, W_K, W_V + lambda I in the forward) and Token Graying (``-graying`` configs, the
 conditioner in mode 'graying', whose conditioner is also timed alone).
 
-Goals: step-time overhead <= 1 % for Swin-T, <= 2 % for ViTDet-B; <= 1 % extra peak memory (issue 7); the
-conditioner within 1.5x its float64 floor (issue 15).
+Goals: step-time overhead <= 1 % for Swin-T, <= 2 % for ViTDet-B; <= 1 % extra peak memory; the
+conditioner within 1.5x its float64 floor.
 Prints the tables, writes overhead.json, overhead.png and overhead.md (the tables in markdown) to --out-dir,
 and says what machine it ran on.
 """
@@ -90,7 +90,7 @@ COUNT_KINDS = dict(cpu=dict(launches='aten ops dispatched (TorchDispatchMode)',
                    cuda=dict(launches='CUDA kernels run (torch.profiler)',
                              syncs='blocking CUDA runtime/driver calls (torch.profiler)'))
 VARIANTS = ('baseline', 'conditioned')
-# The comparison methods (issue 12) that --methods adds beside the conditioned twin; each a config of every pair.
+# The comparison methods that --methods adds beside the conditioned twin; each a config of every pair.
 METHODS = ('spectral', 'graying')
 OBJECTS_PER_IMAGE = 8
 

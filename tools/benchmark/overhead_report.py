@@ -5,8 +5,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-MEMORY_GOAL = 1.0  # % extra peak memory (issue 7)
-FLOOR_GOAL = 1.5  # the conditioner's time / its two float64 products (issue 15)
+MEMORY_GOAL = 1.0  # % extra peak memory
+FLOOR_GOAL = 1.5  # the conditioner's time / its two float64 products
 IMPLEMENTATIONS = ('conditioner', 'floor (two float64 products)', 'torch.linalg.svd')
 # A consumer GPU's float64 rate, for the float64 FLOPs' time: 1/32-1/64 of some 40-80 TFLOP/s float32.
 CONSUMER_FLOAT64_FLOPS = 1e12

@@ -1,4 +1,4 @@
-# The decisive study's common part (issue 23): the demo's own 12-epoch schedule (600 iterations on data/shapes at
+# The decisive study's common part: the demo's own 12-epoch schedule (600 iterations on data/shapes at
 # 4 images a batch; warm-up 100 iterations, x0.1 after epochs 9 and 11: the configs' own, not overridden),
 # evaluated on 200 validation images, with validations during training at epochs 3 and 6 (mmengine validates
 # the last epoch too) and a checkpoint each epoch, so that an interrupted cell resumes (run_suite.py --resume).
