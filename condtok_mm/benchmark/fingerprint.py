@@ -102,14 +102,16 @@ def source_commit(root):
     return head.stdout.strip() + ('+changes' if changed else '')
 
 
-def write_fingerprint(cell, record, commit=None, wall_s=None):
-    """Record the cell's fingerprint in its work dir, and beside it the commit its commands run (None: not known)
-    and the seconds its train and test commands have taken so far (None: not known)."""
+def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None):
+    """Record the cell's fingerprint in its work dir, and beside it the commit its commands run, the seconds its
+    train and test commands have taken so far and the kind of CPU they run on (model and vector instructions; None:
+    not known). The CPU is not part of the fingerprint, but a cell reruns bit-identically only on the same kind
+    (docs/en/studies/repeatability.md)."""
     os.makedirs(cell.work_dir, exist_ok=True)
     path = fingerprint_path(cell)
     with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, **record), f,
-                  indent=1)
+        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu, **record),
+                  f, indent=1)
     os.replace(path + '.tmp', path)  # never a half-written record
 
 

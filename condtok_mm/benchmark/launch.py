@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
+from condtok_mm.utils.machine import cpu_kind
 from .fingerprint import recorded_wall_time, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
@@ -128,7 +129,7 @@ def run_cell(cell, args, slot, root, children):
     state = cell_state(cell)
     earlier_s = (recorded_wall_time(cell) or 0.0) if state in ('interrupted', 'trained') else 0.0
     commit = source_commit(root)
-    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s)
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s, cpu=cpu_kind())
     start = time.perf_counter()
     cell.resume = state == 'interrupted'
     train, test, env = commands(cell, args, slot, root)
@@ -140,7 +141,7 @@ def run_cell(cell, args, slot, root, children):
         cell.log = osp.join(cell.work_dir, 'test.log')
         returncode = run_logged(children, test, cell.log, env, root)
     cell.returncode, cell.wall_s = returncode, earlier_s + time.perf_counter() - start
-    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s)
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu_kind())
     if children.stopping:
         cell.status = 'interrupted'
     else:

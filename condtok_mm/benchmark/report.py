@@ -141,7 +141,10 @@ def markdown(suite, rows, best, result):
               f'launcher {result["launcher"]}, {result["jobs"]} cell(s) at a time; '
               f'{fmt_cell_times(result["cell_times"])}. Commits the cells ran at: '
               + (', '.join(f'{commit} ({n})' for commit, n in result['commits'].items()) or 'none') +
-              f'. Command: `{result["command"]}`']
+              '; CPUs: ' + (', '.join(f'{cpu} ({n})' for cpu, n in result['cpus'].items()) or 'none') +
+              ' (a cell reruns bit-identically at one commit on one kind of CPU; on another kind, or after a '
+              "change of the conditioner's numerics, the same cell's bbox AP moved by up to 1.9: "
+              f'docs/en/studies/repeatability.md). Command: `{result["command"]}`']
     if result['unfingerprinted']:
         lines += ['', f'Reused without a fingerprint (--accept-unfingerprinted; not checked to be the cells this suite '
                   f'asks for): {", ".join(result["unfingerprinted"])}.']
@@ -159,7 +162,7 @@ def summary_of(suite, cells, run):
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
                 family=suite.family, escape=dataclasses.asdict(suite.escape), early_loss=suite.early_loss,
                 rows=rows, best=best,
-                validation=validation_rows(suite, cells, best), commits=commits_of(records),
+                validation=validation_rows(suite, cells, best), commits=commits_of(records), cpus=cpus_of(records),
                 cell_times=cell_times_of(records, len(cells)), cells_detail=[cell.to_json() for cell in cells])
 
 
@@ -168,6 +171,13 @@ def commits_of(records):
     recorded' for one without a commit)."""
     commits = collections.Counter(record.get('commit') or 'not recorded' for record in records)
     return dict(sorted(commits.items()))
+
+
+def cpus_of(records):
+    """{CPU kind (model and vector instructions): number of cells} of the records ('not recorded' for a cell run
+    before cells kept it)."""
+    cpus = collections.Counter(record.get('cpu') or 'not recorded' for record in records)
+    return dict(sorted(cpus.items()))
 
 
 def cell_times_of(records, cells):

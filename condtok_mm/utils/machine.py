@@ -19,6 +19,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_kind() -> str:
+    """The CPU's model name and the vector instructions torch's CPU kernels use on it ('AMD EPYC (AVX512)'): two
+    machines of one model name can differ there, and then round float32 differently."""
+    return f'{cpu_model()} ({torch.backends.cpu.get_cpu_capability()})'
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity), which a container may set below os.cpu_count()."""
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()

@@ -12,6 +12,7 @@ from condtok_mm.benchmark import launch
 from condtok_mm.benchmark.fingerprint import (FINGERPRINT_FILE, differences, fingerprint, input_files,
                                               recorded_wall_time, source_commit)
 from condtok_mm.benchmark.plan import Cell
+from condtok_mm.utils.machine import cpu_kind
 from conftest import REPO_ROOT
 from helpers.loopback_server import serving
 from suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
@@ -212,15 +213,19 @@ def test_the_commit_beside_a_fingerprint_is_the_checkouts_marked_when_tracked_fi
     source_commit.cache_clear()
 
 
-def test_suite_md_says_which_commits_its_cells_ran_at(tmp_path):
+def test_suite_md_says_which_commits_and_cpus_its_cells_ran_at(tmp_path):
     path, out_dir = written_suite(tmp_path)
-    for variant, seed, commit in (('baseline', 0, 'abc'), ('baseline', 1, 'abc'), ('cond', 0, 'def+changes')):
+    for variant, seed, commit, cpu in (('baseline', 0, 'abc', 'AMD EPYC'), ('baseline', 1, 'abc', 'AMD EPYC'),
+                                       ('cond', 0, 'def+changes', 'Intel Xeon')):
         record_path = out_dir / variant / 'lr0.001' / f'seed{seed}' / FINGERPRINT_FILE
-        record_path.write_text(json.dumps(dict(json.loads(record_path.read_text()), commit=commit)))
+        record_path.write_text(json.dumps(dict(json.loads(record_path.read_text()), commit=commit, cpu=cpu)))
     assert gather(path, out_dir).returncode == 0
-    assert json.loads((out_dir / 'suite.json').read_text())['commits'] == {
-        'abc': 2, 'def+changes': 1, 'not recorded': 1}
-    assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1).' in (out_dir / 'suite.md').read_text()
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    assert summary['commits'] == {'abc': 2, 'def+changes': 1, 'not recorded': 1}
+    assert summary['cpus'] == {'AMD EPYC': 2, 'Intel Xeon': 1, 'not recorded': 1}
+    table = (out_dir / 'suite.md').read_text()
+    assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1); CPUs: AMD EPYC (2), Intel Xeon (1), ' \
+        'not recorded (1) (a cell reruns bit-identically at one commit on one kind of CPU' in table
 
 
 def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resumes(tmp_path, monkeypatch):
@@ -252,7 +257,9 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
     steps[:] = [(50.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
     assert (cell.resume, cell.wall_s, recorded_wall_time(cell)) == (True, 160.0, 160.0)
-    assert json.loads((work_dir / FINGERPRINT_FILE).read_text())['seed'] == 0  # the fingerprint kept beside it
+    record = json.loads((work_dir / FINGERPRINT_FILE).read_text())
+    assert record['seed'] == 0  # the fingerprint kept beside it, and the CPU the commands ran on
+    assert record['cpu'] == cpu_kind() and record['cpu'].endswith(')')
 
     for name in ('last_checkpoint', 'epoch_12.pth', 'test/1/1.json'):
         (work_dir / name).unlink()
