@@ -18,19 +18,28 @@
 #   seed, 95 % t interval, exact two-sided sign-flip p (floor 2/2^6 = 0.031), uncorrected.
 # - Secondary, described with the same statistics, uncorrected: D - A (the gain at X's token scale), and the gap at
 #   every validation (epochs 6, 12, 18, 24, 30, 36: the curve of the gap over training).
-# - Convergence gate: an arm converged if its mean bbox AP change from epoch 30 to epoch 36 is below 1 AP (reported
-#   seeds). An arm that fails it is reported as still budget-limited at 36 epochs, not as converged.
-# - Decision rule, on the primary endpoint's interval [lo, hi] and the smallest gap a user would act on, 2 AP (the
-#   size of the protocol effects the README reads):
-#   "a better final detector":  lo > 0, exact p <= 0.05, and the chosen A passes the gate (B still rising would
-#     only widen the gap);
-#   "ahead at 36 epochs, the baseline still budget-limited":  lo > 0, exact p <= 0.05, the chosen A fails the gate
-#     (read as a faster start; the final detector not resolved);
-#   "a faster start, not a better final detector":  hi < 2 with the chosen A converged (the 12-epoch gap of +16.4
-#     closes to less than 2 AP; "and the baseline ends ahead" where hi < 0);
-#   "not resolved":  anything else.
-#   No reading goes below the noise floor that the repeatability study measures for one cell (stated beside the
-#   table). The 12-epoch study stays beside this one as the early-budget result.
+# - Convergence gate: an arm converged if its mean bbox AP change from epoch 30 to epoch 36 (the validations during
+#   training on the reported seeds; the epoch-36 one evaluates the same checkpoint on the same images as the test)
+#   is below 1 AP in size. An arm that fails it is reported as still budget-limited at 36 epochs, not as converged.
+# - Decision rule, on the primary endpoint's interval [lo, hi], applied in this order (the first that holds):
+#   1. "a better final detector":  lo > 0 and exact p <= 0.05 (with 6 seeds that is every seed positive, p 0.031),
+#      the chosen A converged; its size is stated, and whether B passed the gate;
+#   2. "B ahead at 36 epochs, the baseline still rising: the final detector not resolved":  lo > 0 and exact
+#      p <= 0.05, the chosen A not converged;
+#   3. "a faster start, not a better final detector":  hi < 2, the chosen A and B both converged (the 12-epoch gap
+#      of +16.4 closes to less than 2 AP; "and the baseline ends ahead" where hi < 0);
+#   4. "not resolved":  anything else (B still rising counts here for 3).
+#   2 AP is the smallest gap a user would act on: the size of the protocol study's resolved effects (-2.2, +2.0),
+#   and at least the noise floor of one cell (the same cell on another kind of CPU or after a change of the
+#   conditioner's numerics moved by up to 1.9 AP; at one commit on one kind of CPU it reruns bit-identically:
+#   docs/en/studies/repeatability.md); no reading goes below it. A's rate is picked by its epoch-36 test bbox AP on
+#   the reported seeds; that favours A, so reading 1 is the conservative one and reading 3 the less certain one.
+#   The 12-epoch study stays beside this one as the early-budget result.
+# Amended after an independent review of the design, before the rule was applied (4 cells, seed 3, had finished;
+# A's two seed-3 test values had been seen while checking the run, no B or D value): the readings ordered (1 and 3
+# overlapped for 0 < lo < hi < 2), the gate taken in size (a drop of 1 AP or more is not converged either),
+# reading 3 asks B to have converged too, the 2 AP named from the protocol study and the repeatability floor, the
+# rate choice's metric stated. The schedule, arms, seeds and endpoints are as first declared.
 _base_ = ['./_base_/demo_12e_val200.py']
 description = ('Demo Swin Mask R-CNN, 36 epochs (1800 iterations, x0.1 after epochs 27 and 33), 200 val images, '
                'validated every 6 epochs: A baseline at 2.5e-4 and 1e-3 (reported at its better rate by mean on the '
