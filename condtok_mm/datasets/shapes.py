@@ -128,10 +128,10 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
         dict: split name -> annotation file path.
     """
     height, width = image_size
-    if min(num_train, num_val) < 1 or min(height, width) < MIN_IMAGE_SIDE:
+    if min(num_train, num_val) < 0 or min(height, width) < MIN_IMAGE_SIDE:
         raise ValueError(f'make_shapes_dataset: num_train={num_train}, num_val={num_val}, image_size={image_size}: '
-                         f'each split needs at least 1 image, and each side at least {MIN_IMAGE_SIDE} pixels to '
-                         'hold a shape')
+                         f'counts cannot be negative, and each side needs at least {MIN_IMAGE_SIDE} pixels to hold a '
+                         'shape')
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(SHAPE_CLASSES)]
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     ann_files = {}
@@ -152,7 +152,8 @@ def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
                                                inst['category_id']))
                 semantic[inst['mask']] = inst['category_id']
             Image.fromarray(semantic).save(osp.join(root, 'semantic', split, file_name))
-        if not annotations:  # training on it would fail deep in mmdet ("need at least one array to concatenate")
+        # training on a split without annotations fails deep in mmdet ("need at least one array to concatenate")
+        if count and not annotations:
             raise ValueError(f'make_shapes_dataset: none of the {count} {split} images of {height}x{width} holds a '
                              'shape; make more or larger images')
         ann_file = osp.join(root, 'annotations', f'instances_{split}.json')
