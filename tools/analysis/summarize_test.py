@@ -19,10 +19,10 @@ def latest_test_run(work_dir):
         return json.load(f), osp.dirname(runs[-1])
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description='Summarize a tools/test.py run')
     parser.add_argument('work_dir', help='the --work-dir given to tools/test.py')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     metrics, run_dir = latest_test_run(args.work_dir)
     print(f'\nCOCO evaluation ({run_dir}):')
     print(f'{"task":<6} {"AP":>6} {"AP50":>6} {"AP75":>6} {"APs":>6} {"APm":>6} {"APl":>6}')
@@ -30,7 +30,8 @@ def main():
         if f'coco/{task}_mAP' not in metrics:
             continue
         row = [metrics[f'coco/{task}_mAP{suffix}'] for suffix in ('', '_50', '_75', '_s', '_m', '_l')]
-        print(f'{task:<6} ' + ' '.join(f'{100 * v:6.1f}' for v in row))
+        # COCO's -1 for an area range without a ground-truth object: no AP there, not a value of -100
+        print(f'{task:<6} ' + ' '.join(f'{100 * v:6.1f}' if v >= 0 else f'{"–":>6}' for v in row))
     drawn = sorted(glob.glob(osp.join(run_dir, '**', '*.png'), recursive=True))
     if drawn:
         print(f'{len(drawn)} val images with the predicted boxes and masks drawn: '
