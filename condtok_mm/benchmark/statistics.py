@@ -1,7 +1,6 @@
 """The statistics of a suite over seeds: means with the per-seed values, paired differences with a 95 % t
 interval and an exact sign-flip p-value, Holm's correction over a declared family, and each variant's chosen
 learning rate (on the selection seeds where the suite has them)."""
-import itertools
 import math
 import statistics
 
@@ -24,24 +23,24 @@ def mean_std(values):
 def sign_flip_p(differences):
     """Exact two-sided p-value of the paired sign-flip (permutation) test of ``differences`` (one per seed):
     the share of the 2^n sign patterns s whose |sum s_i d_i| is at least the observed |sum d_i|. Under the
-    null of no difference each seed's sign is as likely flipped; with n seeds no p is below 2 / 2^n."""
+    null of no difference each seed's sign is as likely flipped; with n seeds no p is below 2 / 2^n. scipy's
+    permutation_test over every pattern (a one-sample 'samples' test flips signs)."""
     d = np.asarray(differences, dtype=np.float64)
     if d.size == 0:
         return None
     if d.size > MAX_EXACT_SEEDS:
         raise ValueError(f'the exact sign-flip test enumerates 2^n patterns; {d.size} differences are more than '
                          f'{MAX_EXACT_SEEDS}')
-    signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
-    flipped = np.abs(signs @ d)
-    observed = abs(d.sum())
-    # a pattern that gives the observed sum in another order of addition counts: 1e-9 of the scale
-    tolerance = 1e-9 * max(1.0, np.abs(d).sum())
-    return float(np.mean(flipped >= observed - tolerance))
+    if d.size == 1:  # both of its two patterns are as extreme (scipy asks for two observations)
+        return 1.0
+    result = stats.permutation_test((d, ), lambda x, axis: np.mean(x, axis=axis), permutation_type='samples',
+                                    n_resamples=np.inf, alternative='two-sided', vectorized=True)
+    return float(result.pvalue)
 
 
 def paired_difference(values, reference):
     """The per-seed differences values - reference on their common seeds: mean, 95 % t interval (None below 2
-    seeds), the exact sign-flip p-value and the differences themselves."""
+    seeds; scipy's one-sample t test), the exact sign-flip p-value and the differences themselves."""
     seeds = sorted(set(values) & set(reference))
     if not seeds:
         return None
@@ -50,8 +49,11 @@ def paired_difference(values, reference):
     result = dict(mean=mean, low=None, high=None, n=len(differences), seeds=seeds, p=sign_flip_p(differences),
                   per_seed=differences)
     if len(differences) > 1:
-        half = stats.t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
-        result.update(low=mean - half, high=mean + half)
+        if statistics.stdev(differences) == 0:  # scipy's t statistic is undefined; the interval is the point
+            result.update(low=mean, high=mean)
+        else:
+            interval = stats.ttest_1samp(differences, 0.0).confidence_interval(0.95)
+            result.update(low=float(interval.low), high=float(interval.high))
     return result
 
 
