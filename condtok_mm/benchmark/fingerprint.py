@@ -174,6 +174,9 @@ def differences(recorded, current):
         old_inputs, new_inputs = recorded['inputs'], current['inputs']
         for key in sorted(set(old_inputs) | set(new_inputs)):
             was, now = old_inputs.get(key) or {}, new_inputs.get(key) or {}
+            url = str(now.get('path') or was.get('path') or '').startswith(('http://', 'https://'))
+            if url and (was.get('digest') is None or now.get('digest') is None):
+                continue  # a URL not fetched now, or recorded before URLs were hashed: not known to differ
             if was.get('digest') != now.get('digest'):
                 lines.append(f'input {key}: {was.get("digest") or "<none>"} recorded, '
                              f'{now.get("digest") or "<none>"} now ({now.get("path") or was["path"]})')

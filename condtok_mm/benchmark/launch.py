@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
 from condtok_mm.utils.machine import cpu_kind
-from .fingerprint import recorded_wall_time, source_commit, write_fingerprint
+from .fingerprint import cell_record, recorded_wall_time, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -121,6 +121,15 @@ def run_logged(children, command, log_path, env, root):
         return children.run(command, log, dict(os.environ, **env), root)
 
 
+def cell_cpus(cell, state, launcher):
+    """The kinds of CPU a cell's commands ran on, '; '-joined across resumes: this machine's for local commands,
+    unknown (None) under torchrun or SLURM, whose processes may run elsewhere."""
+    now = cpu_kind() if launcher == 'none' else None
+    earlier = (cell_record(cell) or {}).get('cpu') if state in ('interrupted', 'trained') else None
+    kinds = (earlier.split('; ') if earlier else []) + ([now] if now else [])
+    return '; '.join(dict.fromkeys(kinds)) or None
+
+
 def run_cell(cell, args, slot, root, children):
     """Record the cell's fingerprint, train (or resume) and test it; returns the cell with its status and wall
     time ('interrupted' when :meth:`Children.stop` ended or skipped a command). The record keeps the seconds of
@@ -128,8 +137,9 @@ def run_cell(cell, args, slot, root, children):
     the start does not."""
     state = cell_state(cell)
     earlier_s = (recorded_wall_time(cell) or 0.0) if state in ('interrupted', 'trained') else 0.0
+    cpu = cell_cpus(cell, state, args.launcher)
     commit = source_commit(root)
-    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s, cpu=cpu_kind())
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s, cpu=cpu)
     start = time.perf_counter()
     cell.resume = state == 'interrupted'
     train, test, env = commands(cell, args, slot, root)
@@ -141,7 +151,7 @@ def run_cell(cell, args, slot, root, children):
         cell.log = osp.join(cell.work_dir, 'test.log')
         returncode = run_logged(children, test, cell.log, env, root)
     cell.returncode, cell.wall_s = returncode, earlier_s + time.perf_counter() - start
-    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu_kind())
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu)
     if children.stopping:
         cell.status = 'interrupted'
     else:

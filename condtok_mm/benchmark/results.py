@@ -70,24 +70,28 @@ def training_runs(work_dir):
     return sorted(glob.glob(osp.join(work_dir, '2*', 'vis_data', 'scalars.json')))
 
 
-def scalar_records(path):
+def scalar_records(path, followed=False):
     """The records of one scalars.json (one JSON object a line); raises :class:`UnreadableCellFile` naming the
-    file and line where one cannot be parsed."""
+    file and line where one cannot be parsed, except the last line of a run that a later run ``followed``: a stop
+    mid-write cuts that one, and the resumed run logs its position anew."""
     records = []
     try:
         with open(path) as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
+            lines = f.readlines()
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                if followed and number == len(lines):
                     continue
-                try:
-                    record = json.loads(line)
-                except ValueError as error:
-                    raise UnreadableCellFile(
-                        f'{path} line {number} is cut off or unreadable ({error}); delete that line where the '
-                        'run went on after it, or set the cell aside to train it again') from error
-                if isinstance(record, dict):
-                    records.append(record)
-    except OSError as error:
+                raise UnreadableCellFile(
+                    f'{path} line {number} is cut off or unreadable ({error}); delete that line where the '
+                    'run went on after it, or set the cell aside to train it again') from error
+            if isinstance(record, dict):
+                records.append(record)
+    except (OSError, UnicodeDecodeError) as error:
         raise UnreadableCellFile(f'{path} cannot be read ({error})') from error
     return records
 
@@ -110,8 +114,8 @@ def joined_records(paths):
     the records of the runs before it, every training log and hook record from its own first one of that stream
     on, and every validation from the first epoch it trains."""
     joined = []
-    for path in paths:
-        records = scalar_records(path)
+    for i, path in enumerate(paths):
+        records = scalar_records(path, followed=i < len(paths) - 1)
         first = {}
         for record in records:
             stream, position = record_stream(record)

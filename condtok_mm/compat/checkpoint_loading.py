@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import pickle
 import re
+import threading
 import warnings
 from collections import OrderedDict
 from tempfile import TemporaryDirectory
@@ -220,19 +221,33 @@ def load_from_openmmlab(filename, map_location=None):
     return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
 
 
+_WEIGHTS_ONLY_LOCK = threading.Lock()
+_weights_only_depth = 0  # blocks inside weights_only_loading, in every thread
+_outer_loaders = None  # mmengine's loaders as the first of them found them
+
+
 @contextlib.contextmanager
 def weights_only_loading():
     """Within it every scheme of mmengine's CheckpointLoader loads weights-only, as after :func:`apply`; after it
     the loaders are what they were. condtok_mm's modules load their checkpoints (their own ``init_cfg``, a
     wrapped module's) inside it, so that a host that did not opt in to condtok_mm.compat still never runs a
-    checkpoint's pickle through them, and mmengine is left as the host has it."""
-    # register_scheme edits the dict in place before it sorts it into a new one: keep a copy
-    schemes, http_loader = OrderedDict(CheckpointLoader._schemes), checkpoint_module.load_from_http
-    apply()
+    checkpoint's pickle through them, and mmengine is left as the host has it. Nested and concurrent blocks (model
+    builds in several threads) share one installation: the loaders come back when the last block ends."""
+    global _weights_only_depth, _outer_loaders
+    with _WEIGHTS_ONLY_LOCK:
+        if _weights_only_depth == 0:
+            # register_scheme edits the dict in place before it sorts it into a new one: keep a copy
+            _outer_loaders = OrderedDict(CheckpointLoader._schemes), checkpoint_module.load_from_http
+            apply()
+        _weights_only_depth += 1
     try:
         yield
     finally:
-        CheckpointLoader._schemes, checkpoint_module.load_from_http = schemes, http_loader
+        with _WEIGHTS_ONLY_LOCK:
+            _weights_only_depth -= 1
+            if _weights_only_depth == 0:
+                CheckpointLoader._schemes, checkpoint_module.load_from_http = _outer_loaders
+                _outer_loaders = None
 
 
 def apply() -> None:

@@ -146,3 +146,17 @@ def test_a_variants_own_colliding_rates_are_refused_naming_the_variant(tmp_path)
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE, lrs=[2.5e-4, 2.50000001e-4])))
     with pytest.raises(SuiteError, match=r"variant 'baseline' has rates that are one cell \(lr0.00025"):
         load_suite(path, REPO_ROOT)
+
+
+def test_a_cut_off_last_line_of_a_run_that_a_resume_followed_is_left_out_and_of_the_newest_run_named(tmp_path):
+    logged = uninterrupted_records(epochs=2)
+    write_runs(tmp_path, [between(logged, 1, 60), between(logged, 51, 100)])
+    first, last = sorted(tmp_path.glob('2*/vis_data/scalars.json'))
+    with open(first, 'a') as f:
+        f.write('{"loss": 0.5, "it')  # the stop cut the interrupted run's last record
+    _, iters, _, _, _ = training_record(str(tmp_path))
+    assert iters == list(range(10, 101, 10))
+    with open(last, 'a') as f:
+        f.write('{"loss": 0.5, "it')  # the newest run's cut: nothing after it says what it held
+    with pytest.raises(UnreadableCellFile, match=f'{last} line'):
+        training_record(str(tmp_path))

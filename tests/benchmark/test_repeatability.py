@@ -56,3 +56,19 @@ def test_the_tool_writes_its_table_json_and_plot(tmp_path, capsys):
     assert 'weights (epoch_12.pth): 1 of 1 tensors bit-identical' in printed and 'loss: identical' in printed
     assert json.loads((tmp_path / 'out' / 'repeatability.json').read_text())['weights']['identical'] == 1
     assert (tmp_path / 'out' / 'repeatability.png').stat().st_size > 0
+
+
+def test_two_runs_that_diverged_identically_are_identical_and_the_json_stays_valid(tmp_path):
+    nan = float('nan')
+    weights = {'a': torch.tensor([1.0, nan])}
+    write_run(tmp_path / 'one', weights, [2.0, nan], 0.0, {})
+    write_run(tmp_path / 'two', {'a': torch.tensor([1.0, nan])}, [2.0, nan], 0.0, {})
+    write_run(tmp_path / 'three', {'a': torch.tensor([1.0, 3.0])}, [2.0, 1.0], 0.0, {})
+    same, _, _ = repeatability.compare(str(tmp_path / 'one'), str(tmp_path / 'two'), 'epoch_12.pth')
+    assert same['weights']['identical'] == 1 and same['curves']['loss']['differing'] == 0
+    apart, _, _ = repeatability.compare(str(tmp_path / 'one'), str(tmp_path / 'three'), 'epoch_12.pth')
+    assert apart['weights']['identical'] == 0 and apart['curves']['loss'] == dict(
+        steps=2, differing=1, first_differing=20, max_abs=float('inf'))
+    repeatability.main([str(tmp_path / 'one'), str(tmp_path / 'three'), '--out-dir', str(tmp_path / 'out')])
+    written = json.loads((tmp_path / 'out' / 'repeatability.json').read_text())  # strict JSON: no NaN/Infinity
+    assert written['curves']['loss']['max_abs'] is None and written['weights']['max_abs'] is None

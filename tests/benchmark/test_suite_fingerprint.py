@@ -278,3 +278,28 @@ def test_suite_md_says_what_the_cells_records_say_their_commands_took(tmp_path):
         total_s=1320.0, min_s=300.0, max_s=600.0, recorded=3, cells=4)
     assert ("the cells' own train and test commands took 22.0 min in all, 5.0–10.0 min a cell (3 of 4 cells record "
             "it)") in (out_dir / 'suite.md').read_text()
+
+
+def test_a_url_digest_not_known_on_one_side_is_not_a_difference():
+    def record(digest):
+        return dict(config={}, options=[], seed=0, lr=1e-3, version='v', inputs={
+            'load_from': dict(path='https://example.org/model.pth', digest=digest),
+            'ann_file': dict(path='data/a.json', digest='sha256:aa')})
+    assert differences(record('sha256:1'), record(None)) == []  # not fetched now (offline)
+    assert differences(record(None), record('sha256:1')) == []  # recorded before URLs were hashed
+    assert differences(record('sha256:1'), record('sha256:2')) == [
+        'input load_from: sha256:1 recorded, sha256:2 now (https://example.org/model.pth)']
+    local = record('sha256:1')
+    local['inputs']['ann_file']['digest'] = None
+    assert len(differences(record('sha256:1'), local)) == 1  # a local file that is gone still differs
+
+
+def test_a_cells_cpus_are_this_machines_for_local_commands_and_kept_across_resumes(tmp_path):
+    cell = Cell('v', 1e-3, 0, str(tmp_path / 'cell'), BASELINE, BASELINE)
+    assert launch.cell_cpus(cell, 'new', 'none') == cpu_kind()
+    assert launch.cell_cpus(cell, 'new', 'slurm') is None  # its processes may run on other nodes
+    from condtok_mm.benchmark.fingerprint import write_fingerprint
+    write_fingerprint(cell, dict(config={}), cpu='Other CPU (AVX2)')
+    assert launch.cell_cpus(cell, 'interrupted', 'none') == f'Other CPU (AVX2); {cpu_kind()}'
+    assert launch.cell_cpus(cell, 'interrupted', 'pytorch') == 'Other CPU (AVX2)'
+    assert launch.cell_cpus(cell, 'new', 'none') == cpu_kind()  # trained again from the start

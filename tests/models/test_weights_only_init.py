@@ -21,10 +21,11 @@ sys.path.insert(0, {repo!r})
 import condtok_mm
 from mmengine.config import ConfigDict
 from mmengine.registry import init_default_scope
+from mmengine.runner import checkpoint as checkpoint_module
 from mmengine.runner.checkpoint import CheckpointLoader
 from condtok_mm.registry import MODELS
 init_default_scope('mmdet')
-before = dict(CheckpointLoader._schemes)
+before, http_before = dict(CheckpointLoader._schemes), checkpoint_module.load_from_http
 model = MODELS.build(ConfigDict({cfg!r}))  # as a config file gives it
 try:
     model.init_weights()
@@ -33,7 +34,8 @@ except Exception as error:
     outcome = f'{{type(error).__name__}}: {{error}}'
 after = dict(CheckpointLoader._schemes)
 print(json.dumps(dict(outcome=outcome, loaders_kept=after.keys() == before.keys()
-                      and all(after[key] is before[key] for key in before))))
+                      and all(after[key] is before[key] for key in before)
+                      and checkpoint_module.load_from_http is http_before)))
 """
 
 VITDET = dict(img_size=64, patch_size=16, embed_dim=32, depth=1, num_heads=2, window_size=2,
@@ -91,3 +93,49 @@ def test_a_plain_url_checkpoint_still_loads_without_the_opt_in(tmp_path):
     with serving(served) as url:
         result = init_weights_in_a_host(MODULES['CondViT'](f'{url}/vit.pth'), tmp_path)
     assert result == dict(outcome='loaded', loaders_kept=True)
+
+
+def test_nested_and_concurrent_blocks_share_one_installation_and_restore_the_hosts_loaders():
+    import threading
+
+    from mmengine.runner import checkpoint as checkpoint_module
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from condtok_mm.compat.checkpoint_loading import load_from_local, weights_only_loading
+
+    def installed():
+        return CheckpointLoader._schemes[''] is load_from_local
+
+    host_schemes, host_http = dict(CheckpointLoader._schemes), checkpoint_module.load_from_http
+    first_inside, second_done = threading.Event(), threading.Event()
+    seen = []
+
+    def other_thread():
+        with weights_only_loading():
+            first_inside.set()
+            second_done.wait(timeout=30)
+            seen.append(installed())  # the main thread's block ended first: still installed here
+
+    with weights_only_loading():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        first_inside.wait(timeout=30)
+        with weights_only_loading():
+            assert installed()
+        assert installed()
+    second_done.set()
+    thread.join(timeout=30)
+    assert seen == [True]
+    # the host's loaders back, the same objects
+    assert CheckpointLoader._schemes.keys() == host_schemes.keys() and checkpoint_module.load_from_http is host_http
+    assert all(CheckpointLoader._schemes[prefix] is loader for prefix, loader in host_schemes.items())
+
+
+def test_every_module_of_ours_that_loads_an_init_cfg_checkpoint_reads_it_weights_only():
+    from condtok_mm.models.backbones import CondSwinTransformer
+    from condtok_mm.models.necks.rescale_fpn import RescaleFPN
+    from condtok_mm.models.necks.vitdet_fpn import ViTDetFPN
+    from condtok_mm.models.weights_only_init import WeightsOnlyInit
+    from condtok_mm.models.wrappers import TransparentWrapper
+    for module in (CondSwinTransformer, TransparentWrapper, RescaleFPN, ViTDetFPN):
+        assert issubclass(module, WeightsOnlyInit), module.__name__

@@ -113,17 +113,18 @@ def gather(record_dir):
         raise ValueError(f'{record_dir}: its cells hold no kappa/ records; were they trained with '
                          'AttentionConditioningHook in custom_hooks?')
     quantities = quantities_of([c for c in curves.values() if c])
-    iterations = set.intersection(*(set(c[quantities[0][0]]) for c in curves.values() if c))
+    iterations = set.intersection(*(set(c[key]) for c in curves.values() if c for key, _ in quantities))
     phases = phase_iterations(iterations)
     table = {}
     for key, _ in quantities:
         for phase, iteration in phases.items():
             by_arm = {arm['variant']: {seed: curves[arm['variant'], seed][key][iteration] for seed in arm['seeds']
                                        if key in curves[arm['variant'], seed]} for arm in arms}
+            references = {arm['variant']: by_arm.get(arm['reference']) for arm in arms if arm['reference']}
             table.setdefault(key, {})[phase] = {
                 arm['variant']: dict(summary=log_summary(by_arm[arm['variant']]),
-                                     ratio=ratio(by_arm[arm['variant']], by_arm[arm['reference']])
-                                     if arm['reference'] else None) for arm in arms}
+                                     ratio=ratio(by_arm[arm['variant']], references[arm['variant']])
+                                     if references.get(arm['variant']) else None) for arm in arms}
     return arms, quantities, phases, table
 
 

@@ -31,6 +31,17 @@ def weights(path):
     return checkpoint.get('state_dict', checkpoint)
 
 
+def same_bits(x, y):
+    """Bit-identical tensors, NaN included (torch.equal calls two NaN unequal)."""
+    if x.is_floating_point():
+        x, y = x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)
+    return torch.equal(x, y)
+
+
+def same_value(x, y):
+    return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+
+
 def compare_weights(a, b):
     """How many tensors are bit-identical, and the largest absolute and relative difference of the others."""
     if a.keys() != b.keys():
@@ -38,11 +49,11 @@ def compare_weights(a, b):
     identical, max_abs, max_rel, differing = 0, 0.0, 0.0, []
     for key in a:
         x, y = a[key], b[key]
-        if x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y):
+        if x.shape == y.shape and x.dtype == y.dtype and same_bits(x, y):
             identical += 1
             continue
         differing.append(key)
-        diff = (x.double() - y.double()).abs()
+        diff = (x.double() - y.double()).abs().nan_to_num(nan=math.inf)  # NaN in one run only: infinitely apart
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float((diff / x.double().abs().clamp_min(1e-12)).max()))
     return dict(tensors=len(a), identical=identical, differing=differing[:10], max_abs=max_abs, max_rel=max_rel)
@@ -68,8 +79,9 @@ def curves(work_dir):
 def compare_curve(a, b):
     """Where two curves first differ (the common steps in order), how many steps differ, the largest difference."""
     steps = sorted(set(a) & set(b))
-    differing = [step for step in steps if a[step] != b[step]]
-    largest = max((abs(a[step] - b[step]) for step in steps), default=0.0)
+    differing = [step for step in steps if not same_value(a[step], b[step])]
+    gaps = [abs(a[step] - b[step]) for step in differing]
+    largest = max((math.inf if math.isnan(gap) else gap for gap in gaps), default=0.0)  # NaN in one run only
     return dict(steps=len(steps), differing=len(differing), first_differing=differing[0] if differing else None,
                 max_abs=largest)
 
@@ -94,6 +106,15 @@ def compare(dir_a, dir_b, checkpoint):
     curves_a, curves_b = curves(dir_a), curves(dir_b)
     result['curves'] = {key: compare_curve(curves_a[key], curves_b[key]) for key in sorted(set(curves_a) & set(curves_b))}
     return result, curves_a, curves_b
+
+
+def finite(value):
+    """``value`` with every non-finite float as None, so that the JSON is valid."""
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def table(result):
@@ -147,8 +168,7 @@ def main(argv=None):
     out_dir = args.out_dir or args.work_dirs[0]
     os.makedirs(out_dir, exist_ok=True)
     with open(osp.join(out_dir, 'repeatability.json'), 'w') as f:
-        json.dump(result, f, indent=1, default=lambda value: None if isinstance(value, float) and math.isnan(value)
-                  else str(value))
+        json.dump(finite(result), f, indent=1)
     plot(curves_a, curves_b, osp.join(out_dir, 'repeatability.png'))
     print(f'wrote repeatability.json and repeatability.png in {out_dir}')
 

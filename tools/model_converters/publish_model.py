@@ -61,6 +61,9 @@ def publish(in_file, out_file, save_keys=('meta', 'state_dict')):
                 if hashlib.sha256(f.read()).hexdigest() != digest:
                     raise FileExistsError(f'{final} exists and holds something else; it is left as it is: give '
                                           'another OUT_FILE') from None
+        except OSError as error:  # e.g. a file system without hard links, which the no-overwrite write needs
+            raise FileExistsError(f'cannot write {final} without risking an existing file ({error}); give an '
+                                  'OUT_FILE on a local file system') from None
     finally:
         os.unlink(temporary)
     return final

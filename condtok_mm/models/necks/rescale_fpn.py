@@ -5,13 +5,14 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 
+from condtok_mm.models.weights_only_init import WeightsOnlyInit
 from condtok_mm.registry import MODELS
 
 SCALES = (4, 2, 1, 0.5)
 
 
 @MODELS.register_module()
-class RescaleFPN(BaseModule):
+class RescaleFPN(WeightsOnlyInit, BaseModule):
     """Turn feature maps of one stride (a plain ViT/XCiT at stride 16) into a pyramid, then apply FPN.
 
     The multi-scale adapter of plain-transformer detectors such as XCiT's Mask R-CNN: level i is upsampled

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from mmcv.cnn import ConvModule, build_norm_layer
 from mmengine.model import BaseModule
 
+from condtok_mm.models.weights_only_init import WeightsOnlyInit
 from condtok_mm.registry import MODELS
 
 
@@ -42,7 +43,7 @@ class ViTDetLN2d(nn.Module):
 
 
 @MODELS.register_module()
-class ViTDetFPN(BaseModule):
+class ViTDetFPN(WeightsOnlyInit, BaseModule):
     """Simple feature pyramid of ViTDet: strides 4, 8, 16, 32 and 64 from one stride-16 map.
 
     From the backbone's map (B, C, H, W): two 2x2 transposed convolutions (with norm and GELU between)
