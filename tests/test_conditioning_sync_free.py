@@ -1,4 +1,5 @@
-"""The batched path's GPU properties, checked on the CPU: the batched path is one program for the whole padded batch, without host reads.
+"""The batched path's GPU properties, checked on the CPU: one program for the whole padded batch, without host
+reads.
 
 Public API only: TokenConditioner()(tokens, hw_shape=(24, 40), valid_shapes=...) on LayerNorm'd patch embeddings,
 each image of the batch padded differently.

@@ -5,8 +5,9 @@ The fingerprint of a cell is its resolved config (the config file after every --
 tools/train.py reads it; canonical JSON), its options, seed, learning rate, the condtok_mm version and the
 SHA-256 of the files the config reads that can change under the same path: the checkpoints it loads
 (``init_cfg.checkpoint``, ``load_from``, local or http(s)://; a pretrained backbone trained again is another
-cell) and the annotation files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work dir is not part of it:
-a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same cell when these agree.
+cell) and the annotation files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work
+dir is not part of it: a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same
+cell when these agree.
 """
 import functools
 import hashlib
@@ -67,11 +68,10 @@ def file_digest(path, root):
             full = download_url(path)
         except OSError:  # urllib's URLError and HTTPError are OSErrors: the cell's own load will name it
             return None
-        stat = os.stat(full)
-        return 'sha256:' + sha256(osp.realpath(full), stat.st_size, stat.st_mtime_ns)
-    full = path if osp.isabs(path) else osp.join(root, path)
-    if not osp.isfile(full):
-        return None
+    else:
+        full = path if osp.isabs(path) else osp.join(root, path)
+        if not osp.isfile(full):
+            return None
     stat = os.stat(full)
     return 'sha256:' + sha256(osp.realpath(full), stat.st_size, stat.st_mtime_ns)
 
@@ -110,8 +110,8 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None):
     os.makedirs(cell.work_dir, exist_ok=True)
     path = fingerprint_path(cell)
     with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu, **record),
-                  f, indent=1)
+        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu,
+                       **record), f, indent=1)
     os.replace(path + '.tmp', path)  # never a half-written record
 
 

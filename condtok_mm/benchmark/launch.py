@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
 from condtok_mm.utils.machine import cpu_kind
-from .fingerprint import cell_record, recorded_wall_time, source_commit, write_fingerprint
+from .fingerprint import cell_record, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -121,11 +121,11 @@ def run_logged(children, command, log_path, env, root):
         return children.run(command, log, dict(os.environ, **env), root)
 
 
-def cell_cpus(cell, state, launcher):
-    """The kinds of CPU a cell's commands ran on, '; '-joined across resumes: this machine's for local commands,
-    unknown (None) under torchrun or SLURM, whose processes may run elsewhere."""
+def cell_cpus(earlier, launcher):
+    """The kinds of CPU a cell's commands ran on, '; '-joined across resumes (``earlier``: what its record says,
+    None for a cell trained from the start): this machine's for local commands, unknown (None) under torchrun or
+    SLURM, whose processes may run elsewhere."""
     now = cpu_kind() if launcher == 'none' else None
-    earlier = (cell_record(cell) or {}).get('cpu') if state in ('interrupted', 'trained') else None
     kinds = (earlier.split('; ') if earlier else []) + ([now] if now else [])
     return '; '.join(dict.fromkeys(kinds)) or None
 
@@ -136,8 +136,9 @@ def run_cell(cell, args, slot, root, children):
     every command that made the cell: a resumed cell adds to what its earlier runs took, one trained again from
     the start does not."""
     state = cell_state(cell)
-    earlier_s = (recorded_wall_time(cell) or 0.0) if state in ('interrupted', 'trained') else 0.0
-    cpu = cell_cpus(cell, state, args.launcher)
+    earlier = (cell_record(cell) or {}) if state in ('interrupted', 'trained') else {}  # read once, for both
+    earlier_s = earlier.get('wall_s') or 0.0
+    cpu = cell_cpus(earlier.get('cpu'), args.launcher)
     commit = source_commit(root)
     write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=earlier_s, cpu=cpu)
     start = time.perf_counter()

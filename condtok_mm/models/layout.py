@@ -19,8 +19,8 @@ import torch.nn.functional as F
 __all__ = [
     'unwrapped', 'PROJECTION_BLOCKS', 'attention_projections', 'find_attention_modules', 'block_norms',
     'find_residual_blocks', 'first_attention_blocks', 'block_token_grid', 'patch_embedding',
-    'output_token_grid', 'patch_embedding_tokens', 'output_layout', 'conditioner_stage', 'window_owners', 'owner_windows',
-    'window_partition', 'window_unpartition'
+    'output_token_grid', 'patch_embedding_tokens', 'output_layout', 'conditioner_stage', 'window_owners',
+    'owner_windows', 'window_partition', 'window_unpartition'
 ]
 
 # Names of the query/key/value projections inside an attention module and how many square blocks each stacks.

@@ -23,8 +23,8 @@ class TransparentWrapper(WeightsOnlyInit, BaseModule):
 
     Checkpoints of the wrapped module (and detectors' checkpoints, through ``load_from``) then load with
     no key remapping, and the wrapper's own checkpoints load into the unwrapped module. Every checkpoint its
-    ``init_weights`` loads, the wrapped module's included, is read weights-only (:class:`WeightsOnlyInit`). A subclass sets
-    ``self.wrapped`` in its ``__init__``; its forward is the wrapped module's unless it overrides it.
+    ``init_weights`` loads, the wrapped module's included, is read weights-only (:class:`WeightsOnlyInit`). A
+    subclass sets ``self.wrapped`` in its ``__init__``; its forward is the wrapped module's unless it overrides it.
 
     Args:
         init_cfg (dict, optional): initialization of the wrapper itself; pretrained weights belong in the

@@ -224,8 +224,8 @@ def test_suite_md_says_which_commits_and_cpus_its_cells_ran_at(tmp_path):
     assert summary['commits'] == {'abc': 2, 'def+changes': 1, 'not recorded': 1}
     assert summary['cpus'] == {'AMD EPYC': 2, 'Intel Xeon': 1, 'not recorded': 1}
     table = (out_dir / 'suite.md').read_text()
-    assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1); CPUs: AMD EPYC (2), Intel Xeon (1), ' \
-        'not recorded (1) (a cell reruns bit-identically at one commit on one kind of CPU' in table
+    assert 'Commits the cells ran at: abc (2), def+changes (1), not recorded (1); CPUs: AMD EPYC (2), ' \
+        'Intel Xeon (1), not recorded (1) (a cell reruns bit-identically at one commit on one kind of CPU' in table
 
 
 def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resumes(tmp_path, monkeypatch):
@@ -294,12 +294,23 @@ def test_a_url_digest_not_known_on_one_side_is_not_a_difference():
     assert len(differences(record('sha256:1'), local)) == 1  # a local file that is gone still differs
 
 
-def test_a_cells_cpus_are_this_machines_for_local_commands_and_kept_across_resumes(tmp_path):
-    cell = Cell('v', 1e-3, 0, str(tmp_path / 'cell'), BASELINE, BASELINE)
-    assert launch.cell_cpus(cell, 'new', 'none') == cpu_kind()
-    assert launch.cell_cpus(cell, 'new', 'slurm') is None  # its processes may run on other nodes
+def test_a_cells_cpus_are_this_machines_for_local_commands_and_kept_across_resumes():
+    assert launch.cell_cpus(None, 'none') == cpu_kind()
+    assert launch.cell_cpus(None, 'slurm') is None  # its processes may run on other nodes
+    assert launch.cell_cpus('Other CPU (AVX2)', 'none') == f'Other CPU (AVX2); {cpu_kind()}'
+    assert launch.cell_cpus('Other CPU (AVX2)', 'pytorch') == 'Other CPU (AVX2)'
+    assert launch.cell_cpus(f'Other CPU (AVX2); {cpu_kind()}', 'none') == f'Other CPU (AVX2); {cpu_kind()}'
+
+
+def test_a_resumed_cells_record_keeps_the_cpus_of_its_earlier_runs(tmp_path, monkeypatch):
+    work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
+    cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
     from condtok_mm.benchmark.fingerprint import write_fingerprint
-    write_fingerprint(cell, dict(config={}), cpu='Other CPU (AVX2)')
-    assert launch.cell_cpus(cell, 'interrupted', 'none') == f'Other CPU (AVX2); {cpu_kind()}'
-    assert launch.cell_cpus(cell, 'interrupted', 'pytorch') == 'Other CPU (AVX2)'
-    assert launch.cell_cpus(cell, 'new', 'none') == cpu_kind()  # trained again from the start
+    write_fingerprint(cell, cell.fingerprint, wall_s=5.0, cpu='Other CPU (AVX2)')
+    (work_dir / 'last_checkpoint').write_text('epoch_6.pth')  # interrupted: it resumes
+    monkeypatch.setattr(launch, 'run_logged', lambda *args: 1)
+    launch.run_cell(cell, argparse.Namespace(launcher='none', jobs=1, nproc=1, partition=None), 0, REPO_ROOT,
+                    launch.Children())
+    record = json.loads((work_dir / FINGERPRINT_FILE).read_text())
+    assert record['cpu'] == f'Other CPU (AVX2); {cpu_kind()}' and record['wall_s'] >= 5.0

@@ -26,7 +26,7 @@ from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
 from condtok_mm.benchmark.plan import lr_name  # noqa: E402
-from condtok_mm.benchmark.results import joined_records, training_runs  # noqa: E402
+from condtok_mm.benchmark.results import joined_records, record_stream, training_runs  # noqa: E402
 from condtok_mm.benchmark.statistics import mean_std, paired_difference  # noqa: E402
 
 # (hook key, what it is) in the order of the forward pass; layerNN keys are found in the records
@@ -44,7 +44,7 @@ def hook_curves(work_dir):
     """{key: {iteration: value}} of the kappa records of a cell's training runs, joined as one run's."""
     curves = {}
     for record in joined_records(training_runs(work_dir)):
-        if 'iter' in record or any(key.startswith('coco/') for key in record):
+        if record_stream(record)[0] != 'hook':
             continue  # a training log or a validation
         for key, value in record.items():
             if key.startswith('kappa/') and isinstance(value, (int, float)):

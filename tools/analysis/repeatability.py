@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
-from condtok_mm.benchmark.results import joined_records, newest, read_json, training_runs  # noqa: E402
+from condtok_mm.benchmark.results import joined_records, newest, read_json, record_stream, training_runs  # noqa: E402
 from condtok_mm.compat.checkpoint_loading import load_from_local  # noqa: E402
 
 
@@ -63,16 +63,14 @@ def curves(work_dir):
     """{'loss': {iter: value}, kappa key: {iter: value}, validation key: {epoch: value}} of a work dir's runs."""
     found = {}
     for record in joined_records(training_runs(work_dir)):
-        if 'iter' in record and 'loss' in record:
-            found.setdefault('loss', {})[record['iter']] = record['loss']
-        elif any(key.startswith('coco/') for key in record):
-            for key, value in record.items():
-                if key.startswith('coco/') and isinstance(value, (int, float)):
-                    found.setdefault(f'validation {key}', {})[record['step']] = 100 * value
-        else:
-            for key, value in record.items():
-                if key.startswith('kappa/') and isinstance(value, (int, float)):
-                    found.setdefault(key, {})[record['step']] = value
+        stream, step = record_stream(record)
+        if stream == 'train' and 'loss' in record:
+            found.setdefault('loss', {})[step] = record['loss']
+        for key, value in record.items():
+            if stream == 'val' and key.startswith('coco/') and isinstance(value, (int, float)):
+                found.setdefault(f'validation {key}', {})[step] = 100 * value
+            elif stream == 'hook' and key.startswith('kappa/') and isinstance(value, (int, float)):
+                found.setdefault(key, {})[step] = value
     return found
 
 

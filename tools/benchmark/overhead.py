@@ -31,7 +31,7 @@ a GPU the blocking CUDA calls, on a CPU the ops that would make a GPU wait for a
 FLOPs per image (a consumer GPU runs float64 at 1/32-1/64 of its float32 rate), and it gives the
 conditioner's time as a share of the baseline's training step and inference.
 
-With ``--methods spectral graying`` the comparison methods (spectral conditioning, Token Graying) are measured side by side, as more
+With ``--methods spectral graying`` the comparison methods are measured side by side, as more
 variants of the same interleaved rounds (same weights, same batch): spectral conditioning of attention
 (``-spectral`` configs, W_Q, W_K, W_V + lambda I in the forward) and Token Graying (``-graying`` configs, the
 conditioner in mode 'graying', whose conditioner is also timed alone).
