@@ -154,7 +154,7 @@ def test_conditioning_variant_differs_from_its_conditioned_config_only_in_the_ke
     assert {k: ours[k] for k in changed} == expected
 
 
-def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
+def test_headline_config_is_mmdets_swin_mask_rcnn_plus_norm_matched_conditioning():
     ours = flatten(Config.fromfile(osp.join(REPO_ROOT, 'configs', 'mask-rcnn_condtok.py')).to_dict())
     mmdet_config = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'swin',
                             'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
@@ -167,6 +167,8 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_conditioning():
         'custom_hooks', 'vis_backends', 'visualizer.vis_backends', 'val_evaluator.type', 'test_evaluator.type'}
     assert ours['custom_hooks'] == [dict(type='AttentionConditioningHook', interval=50)]
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
+    # the protocol the protocol study supports for unconditioned ImageNet weights (P1-norm), not the plain drop-in
+    assert ours['model.backbone.conditioning.control'] == 'norm_matched'
     assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
     assert ours['val_evaluator.metric'] == ['bbox', 'segm']
     assert ours['val_evaluator.type'] == ours['test_evaluator.type'] == 'FastCocoMetric'
