@@ -6,14 +6,11 @@ import os
 import os.path as osp
 import sys
 
-from lazy_seaborn import load_seaborn_on_first_use  # tools/lazy_seaborn.py (this script's folder)
-
-load_seaborn_on_first_use()  # before anything imports mmdet
-from mmengine.config import Config, DictAction  # noqa: E402
-from mmengine.logging import print_log  # noqa: E402
-from mmengine.registry import RUNNERS  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-from mmdet.utils import setup_cache_size_limit_of_dynamo  # noqa: E402
+from mmengine.config import Config, DictAction
+from mmengine.logging import print_log
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+from mmdet.utils import setup_cache_size_limit_of_dynamo
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
 import condtok_mm  # noqa: E402,F401  (registration)
