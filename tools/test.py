@@ -18,9 +18,10 @@ from mmdet.utils import setup_cache_size_limit_of_dynamo
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.utils import check_dataset_files  # noqa: E402
+from condtok_mm.utils import check_dataset_files, check_vis_backends  # noqa: E402
 from condtok_mm.utils.runtime import (PARTIAL_CHECKPOINT_LIMIT, CheckpointCoverageCheck,  # noqa: E402
-                                      DatasetNotFoundError, MalformedCheckpointError, PartialCheckpointError)
+                                      DatasetNotFoundError, MalformedCheckpointError, MissingExtraError,
+                                      PartialCheckpointError)
 
 
 def parse_args():
@@ -118,8 +119,9 @@ def main():
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
     try:
+        check_vis_backends(cfg)
         check_dataset_files(cfg, splits=('test',))
-    except DatasetNotFoundError as error:
+    except (DatasetNotFoundError, MissingExtraError) as error:
         sys.exit(f'error: {error}')
 
     # build the runner from config
