@@ -12,6 +12,7 @@ import zipfile
 
 import pytest
 import setuptools
+from mmengine.config import Config
 
 from conftest import REPO_ROOT, build_wheel, load_script
 
@@ -79,6 +80,19 @@ def test_make_install_installs_every_extra():
     assert 'requirements/tensorboard.txt' in extra_files
     assert [path for path in extra_files if f'-r {path}' not in install_sh] == []
 
+
+def test_setuptools_that_still_has_pkg_resources_is_a_requirement(setup_call):
+    assert 'setuptools<81' in setup_call['install_requires']
+
+
+def test_a_mmdet_config_base_needs_pkg_resources(monkeypatch):
+    # why setuptools<81 is declared: mmengine finds a `mmdet::` base through pkg_resources (gone in setuptools 81)
+    config = osp.join(REPO_ROOT, 'configs', 'swin', 'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
+    monkeypatch.setitem(sys.modules, 'pkg_resources', None)
+    with pytest.raises(ImportError, match='pkg_resources'):
+        Config.fromfile(config)
+    monkeypatch.undo()
+    assert Config.fromfile(config).model.type == 'MaskRCNN'
 
 @pytest.mark.slow
 def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_path):
