@@ -39,6 +39,7 @@ setup(
         'coco': read_requirements('requirements/coco.txt'),
         'analysis': read_requirements('requirements/analysis.txt'),
         'seg': read_requirements('requirements/seg.txt'),
+        'tensorboard': read_requirements('requirements/tensorboard.txt'),
         'tests': read_requirements('requirements/tests.txt'),
     },
     license='Apache License 2.0',

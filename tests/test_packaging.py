@@ -4,12 +4,15 @@ import json
 import os
 import os.path as osp
 import re
+import runpy
 import subprocess
 import sys
 import sysconfig
 import zipfile
 
 import pytest
+import setuptools
+from mmengine.config import Config
 
 from conftest import REPO_ROOT, build_wheel, load_script
 
@@ -53,11 +56,50 @@ def test_the_package_parses_on_the_oldest_python_that_setup_py_accepts():
         ast.parse(open(path).read(), path, feature_version=oldest)  # SyntaxError names the file and line
 
 
+
+@pytest.fixture
+def setup_call(monkeypatch):
+    """The keyword arguments setup.py passes to setuptools.setup, setup.py run as pip runs it."""
+    call = {}
+    monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: call.update(kwargs))
+    runpy.run_path(osp.join(REPO_ROOT, 'setup.py'))
+    return call
+
+
+def test_tensorboard_is_an_extra_and_not_a_requirement(setup_call):
+    names = [re.split(r'[<>=!~;\[ ]', requirement)[0].lower() for requirement in setup_call['install_requires']]
+    assert 'tensorboard' not in names
+    assert setup_call['extras_require']['tensorboard'] == ['tensorboard']
+
+
+def test_make_install_installs_every_extra():
+    # the demo and the tests need the extras (the demo configs log to TensorBoard); install.sh installs each
+    # extra's requirements file, setup.py reads them by name
+    setup_py, install_sh = (open(osp.join(REPO_ROOT, path)).read() for path in ('setup.py', 'tools/install.sh'))
+    extra_files = re.findall(r"'\w+': read_requirements\('(requirements/\w+\.txt)'\)", setup_py)
+    assert 'requirements/tensorboard.txt' in extra_files
+    assert [path for path in extra_files if f'-r {path}' not in install_sh] == []
+
+
+def test_setuptools_that_still_has_pkg_resources_is_a_requirement(setup_call):
+    assert 'setuptools<81' in setup_call['install_requires']
+
+
+def test_a_mmdet_config_base_needs_pkg_resources(monkeypatch):
+    # why setuptools<81 is declared: mmengine finds a `mmdet::` base through pkg_resources (gone in setuptools 81)
+    config = osp.join(REPO_ROOT, 'configs', 'swin', 'mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
+    monkeypatch.setitem(sys.modules, 'pkg_resources', None)
+    with pytest.raises(ImportError, match='pkg_resources'):
+        Config.fromfile(config)
+    monkeypatch.undo()
+    assert Config.fromfile(config).model.type == 'MaskRCNN'
+
 @pytest.mark.slow
-def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_path):
+def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_path, setup_call):
     # A second virtual environment that sees this one's packages (torch, mmcv, mmengine, mmdet, ...), as a
     # user's mmdet or mmseg environment would: pip, offline, must find every requirement of condtok_mm and of
     # its extras satisfied there and install condtok_mm alone.
+    extras = ','.join(setup_call['extras_require'])
     venv = tmp_path / 'host'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True)
     (site_packages, ) = glob.glob(str(venv / 'lib' / 'python*' / 'site-packages'))
@@ -65,7 +107,7 @@ def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_pat
         f.write(sysconfig.get_paths()['purelib'] + '\n')  # this environment's packages, after the host's own
     result = subprocess.run(
         [str(venv / 'bin' / 'python'), '-m', 'pip', 'install', '--dry-run', '--no-index', '--no-build-isolation',
-         '--quiet', '--report', str(tmp_path / 'report.json'), f'{REPO_ROOT}[mmpretrain,coco,analysis,seg,tests]'],
+         '--quiet', '--report', str(tmp_path / 'report.json'), f'{REPO_ROOT}[{extras}]'],
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, 'PIP_CONSTRAINT': ''})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.load(open(tmp_path / 'report.json'))

@@ -117,7 +117,8 @@ fi
 
 log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requirements, condtok_mm"
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
-    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tests.txt
+    -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tensorboard.txt \
+    -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 # mim finds a package's configs, tools and model index in <its distribution's location>/<package>/.mim
 # (mim/utils/utils.py get_installed_path): an egg-link's checkout for the `setup.py develop` installs mmdet's setup

@@ -7,23 +7,21 @@ import sys
 import warnings
 from copy import deepcopy
 
-from lazy_seaborn import load_seaborn_on_first_use  # tools/lazy_seaborn.py (this script's folder)
-
-load_seaborn_on_first_use()  # before anything imports mmdet
-from mmengine import ConfigDict  # noqa: E402
-from mmengine.config import Config, DictAction  # noqa: E402
-from mmengine.registry import RUNNERS  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-from mmdet.engine.hooks.utils import trigger_visualization_hook  # noqa: E402
-from mmdet.evaluation import DumpDetResults  # noqa: E402
-from mmdet.utils import setup_cache_size_limit_of_dynamo  # noqa: E402
+from mmengine import ConfigDict
+from mmengine.config import Config, DictAction
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+from mmdet.engine.hooks.utils import trigger_visualization_hook
+from mmdet.evaluation import DumpDetResults
+from mmdet.utils import setup_cache_size_limit_of_dynamo
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.utils import check_dataset_files  # noqa: E402
+from condtok_mm.utils import check_dataset_files, check_vis_backends  # noqa: E402
 from condtok_mm.utils.runtime import (PARTIAL_CHECKPOINT_LIMIT, CheckpointCoverageCheck,  # noqa: E402
-                                      DatasetNotFoundError, MalformedCheckpointError, PartialCheckpointError)
+                                      DatasetNotFoundError, MalformedCheckpointError, MissingExtraError,
+                                      PartialCheckpointError)
 
 
 def parse_args():
@@ -121,8 +119,9 @@ def main():
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
     try:
+        check_vis_backends(cfg)
         check_dataset_files(cfg, splits=('test',))
-    except DatasetNotFoundError as error:
+    except (DatasetNotFoundError, MissingExtraError) as error:
         sys.exit(f'error: {error}')
 
     # build the runner from config

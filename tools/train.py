@@ -6,20 +6,17 @@ import os
 import os.path as osp
 import sys
 
-from lazy_seaborn import load_seaborn_on_first_use  # tools/lazy_seaborn.py (this script's folder)
-
-load_seaborn_on_first_use()  # before anything imports mmdet
-from mmengine.config import Config, DictAction  # noqa: E402
-from mmengine.logging import print_log  # noqa: E402
-from mmengine.registry import RUNNERS  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-from mmdet.utils import setup_cache_size_limit_of_dynamo  # noqa: E402
+from mmengine.config import Config, DictAction
+from mmengine.logging import print_log
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+from mmdet.utils import setup_cache_size_limit_of_dynamo
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.utils import check_dataset_files, fall_back_from_amp_on_cpu  # noqa: E402
-from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
+from condtok_mm.utils import check_dataset_files, check_vis_backends, fall_back_from_amp_on_cpu  # noqa: E402
+from condtok_mm.utils.runtime import DatasetNotFoundError, MissingExtraError  # noqa: E402
 
 
 def parse_args():
@@ -107,8 +104,9 @@ def main():
         cfg.load_from = args.resume
 
     try:
+        check_vis_backends(cfg)
         check_dataset_files(cfg, splits=('train', 'val'))
-    except DatasetNotFoundError as error:
+    except (DatasetNotFoundError, MissingExtraError) as error:
         sys.exit(f'error: {error}')
 
     if 'runner_type' not in cfg:

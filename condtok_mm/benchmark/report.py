@@ -183,7 +183,7 @@ def cpus_of(records):
 def cell_times_of(records, cells):
     """What the records say the cells' train and test commands took, in seconds: total, min and max a cell, and
     how many of the ``cells`` record it (a cell that ran before cells kept their time does not); None where none
-    does. Unlike the run's wall time, it holds for a suite gathered from records or run over several sessions."""
+    does. Unlike the run's wall time, it holds for a suite gathered from records or run in several parts."""
     times = [record['wall_s'] for record in records if record.get('wall_s') is not None]
     if not times:
         return None

@@ -28,7 +28,7 @@ checks with allow-lists).
   random generator states so that ``--resume`` continues the same random streams as the run that was
   interrupted.
 - :mod:`.config_formatting`: a run formats its config with yapf once, not at each of the five reads of
-  ``Config.pretty_text`` (0.5-1 s each).
+  ``Config.pretty_text``.
 """
 import logging
 from typing import Callable, NamedTuple, Set, Tuple

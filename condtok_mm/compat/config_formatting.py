@@ -2,8 +2,8 @@
 mmengine/config/config.py).
 
 mmengine 0.10.7 ``Config.pretty_text`` (config/config.py L1375-1490) formats the config's text with yapf's
-``FormatCode`` every time it is read (0.5 s for the demo config, 1 s for mmdet's Swin-T Mask R-CNN on one core
-of a 2-core machine), and one training run reads it five times: ``Runner._log_env`` (runner/runner.py L2388),
+``FormatCode`` every time it is read (docs/en/user_guides/runtime_fixes.md says what that costs), and one
+training run reads it five times: ``Runner._log_env`` (runner/runner.py L2388),
 ``Runner.dump_config`` through ``Config.dump`` (config/config.py L1570), the visualizer's ``add_config`` for
 the local backend (``Config.dump`` again) and for TensorBoard (visualization/vis_backend.py L572), and
 ``RuntimeInfoHook.before_run`` (hooks/runtime_info_hook.py L51). ``FormatCode`` is a pure function of the

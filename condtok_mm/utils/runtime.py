@@ -1,4 +1,5 @@
 """Checks the tools run on a config and its checkpoint, so that failures read as instructions."""
+import importlib.util
 import logging
 import os.path as osp
 import re
@@ -99,6 +100,25 @@ def fall_back_from_amp_on_cpu(cfg: Config) -> None:
     for amp_only_key in ('loss_scale', 'dtype', 'use_fsdp'):
         optim_wrapper.pop(amp_only_key, None)
 
+
+
+class MissingExtraError(ImportError):
+    """A config uses an optional dependency that is not installed; the message names the extra to install."""
+
+
+def check_vis_backends(cfg: Config) -> None:
+    """Raise MissingExtraError if the config's visualizer logs to TensorBoard and tensorboard is not installed.
+
+    tensorboard is the extra ``condtok_mm[tensorboard]``: only configs with a ``TensorboardVisBackend`` need it.
+    mmengine imports it when that backend first writes, after the model and data are built, and its message names
+    neither condtok_mm nor the extra; checked here, the tools stop before building anything.
+    """
+    backends = (cfg.get('visualizer') or {}).get('vis_backends') or []
+    names = [b['type'] if isinstance(b['type'], str) else b['type'].__name__ for b in backends]
+    if any(name.split('.')[-1] == 'TensorboardVisBackend' for name in names) and \
+            importlib.util.find_spec('tensorboard') is None:
+        raise MissingExtraError('the config logs to TensorBoard (TensorboardVisBackend) and tensorboard is not '
+                                'installed: pip install condtok_mm[tensorboard]')
 
 # tools/test.py refuses a checkpoint that leaves more than this share of the model's parameters (counted in
 # elements) unloaded: missing from the checkpoint or of another shape there. A checkpoint of the same

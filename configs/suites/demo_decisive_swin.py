@@ -2,9 +2,9 @@
 # conditioned model reaches ~21 bbox AP, does conditioning give a better final detector than the baseline at its
 # better rate, and does the gain come through attention or through the residual stream?
 #   A  baseline at 2.5e-4: chosen between 2.5e-4 and 1e-3 on seeds 0-2 (bbox AP at this schedule on these 200
-#      images: 4.7 / 3.5 / 2.4, mean 3.5, against 1.8 / 6.8 / 1.5, mean 3.4; a run of this suite at 73c5da8
-#      with selection_seeds = [0, 1, 2], whose files were lost with its machine; only these values survive),
-#      so fixed here and reported on seeds 3-8, which took no part in the choice
+#      images: 4.7 / 3.5 / 2.4, mean 3.5, against 1.8 / 6.8 / 1.5, mean 3.4; that selection run's cells are not
+#      kept, docs/en/studies/records/demo_decisive_swin/README.md), so fixed here and reported on seeds 3-8, which
+#      took no part in the choice
 #   B  conditioned tokens (X + C, kappa <= 2), D  the same at X's token scale ((X + C) / r),
 #   F_win  the first windowed attention's input conditioned per window (position='attention_input',
 #      scope='window': kappa <= 2 on exactly what it multiplies, the residual stream untouched)

@@ -9,7 +9,7 @@
 # Every rate is fixed in advance and every arm is reported at it (no rate is chosen, so nothing is selected on
 # the reported seeds). Each dose is compared with the norm-matched t = 2 arm at its own rate; Holm corrects over
 # the five; with 3 seeds no exact p is below 0.25, so after Holm none is below 1: only the t intervals can resolve a
-# difference here, and a dose step they do not resolve is reported as not resolved. Sized to one session on 2 cores
+# difference here, and a dose step they do not resolve is reported as not resolved. Sized to about 2 hours on 2 cores
 # (18 cells to train): the doses as X + C are the 4-epoch dose study's (demo_dose_swin.py), and Token Graying
 # norm-matched runs at one rate.
 # D_norm_matched is the decisive study's cell (same config, options and seeds 3-5): copy its records in so that

@@ -15,8 +15,7 @@
 # weights (tests/benchmark/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
 # initialisation first, so its heads differ from the other arms': it is described, not compared.
 #
-# Declared before any cell ran (an independent review of the first design, which had no primary endpoint, compared
-# the remedies with P0 and let each choose its own rate):
+# Declared before any cell ran:
 # - Gate: the study runs only from an unconditioned backbone whose val accuracy on the shapes classification task is
 #   above the majority class's share by more than two standard errors (41.0 % of the 500 val images: >= 45.4 %).
 #   Below that, P0 and P1 would start from a backbone that learned the label prior only.

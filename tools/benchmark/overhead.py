@@ -254,7 +254,7 @@ def peak_memory_child(config, size, batch, device, queue):
 
 
 # Each peak is measured in a process of its own, forked from a server that has imported the stack once (a spawned
-# process would import it again each time, ~8 s on 2 cores): the server holds nothing but those imports, which a
+# process would import it again each time, seconds of CPU): the server holds nothing but those imports, which a
 # spawned process makes too, so the peak is the same.
 FORKSERVER_PRELOAD = ['torch', 'mmdet.models', 'condtok_mm']
 

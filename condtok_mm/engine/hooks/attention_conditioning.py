@@ -24,10 +24,7 @@ class AttentionConditioningHook(Hook):
 
     Args:
         interval (int): record on every ``interval``-th training iteration (and the first). Default: 50.
-            tools/benchmark/hook_overhead.py measures the cost: for Swin-T at 800x1344 (B=2, 2 idle CPU
-            cores) one recording took 0.95 s against a 12.7 s backbone step, i.e. at most 0.15 % of
-            training at 50 (7.5 % if recorded every iteration), before the attention-input quantities
-            were added.
+            tools/benchmark/hook_overhead.py measures what a recording costs (docs/en/benchmarks.md).
         max_matrices (int): attention matrices per layer used at each recording. Default: 32.
         max_attention_tokens (int): skip softmax kappa of larger attention matrices. Default: 1024.
         log_layers (bool): print the per-layer table in the text log, not only the summary line.
