@@ -45,9 +45,9 @@ bench: install
 # time (about 1.5 hours for each controls suite on 2 CPU cores); tables and plots under $(BENCH_DIR)/<suite>.
 study: install
 	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
-	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_swin.py --jobs 2 --resume \
+	$(PY) tools/suites/run_suite.py configs/suites/demo_controls_swin.py --jobs 2 --resume \
 		--out-dir $(BENCH_DIR)/demo_controls_swin
-	$(PY) tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2 --resume \
+	$(PY) tools/suites/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2 --resume \
 		--out-dir $(BENCH_DIR)/demo_controls_vitdet
 
 # Three pytest-xdist workers on 2 cores, each taking whole test files (their module fixtures are built once): the

@@ -10,7 +10,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
-from conftest import DEMO, REPO_ROOT
+from helpers.repo import DEMO, REPO_ROOT
 from condtok_mm.models import SpectralAttentionBackbone, TokenConditioner
 from condtok_mm.utils import fall_back_from_amp_on_cpu
 
@@ -19,11 +19,11 @@ def rel(path):
     return osp.relpath(path, REPO_ROOT)
 
 
-# configs/suites/ holds suites for tools/benchmark/run_suite.py (lists of configs), not model configs
+# configs/suites/ holds suites for tools/suites/run_suite.py (lists of configs), not model configs
 CONFIGS = sorted(p for p in glob.glob(osp.join(REPO_ROOT, 'configs', '**', '*.py'), recursive=True)
                  if '_base_' not in p and osp.join('configs', 'suites') not in p)  # suites: run_suite.py's
 # Conditioned configs that vary another conditioned config instead of having a baseline twin: each inherits
-# the first and changes only the keys given (ablations for the suites of tools/benchmark/run_suite.py).
+# the first and changes only the keys given (ablations for the suites of tools/suites/run_suite.py).
 CONDITIONING_VARIANTS = {
     'configs/demo/mask-rcnn_swin-mini-condtok-floor_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py', {'model.backbone.conditioning.mode': 'floor'}),

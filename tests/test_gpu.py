@@ -14,8 +14,10 @@ import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number, condition_tokens
 from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe, records
 from condtok_mm.registry import MODELS
-from conftest import REPO_ROOT, free_port, random_tokens, window_matrices
-from test_conditioning import low_precision_check
+from helpers.processes import free_port
+from helpers.repo import REPO_ROOT
+from helpers.tokens import random_tokens, window_matrices
+from helpers.precision import low_precision_check
 
 pytestmark = pytest.mark.gpu
 

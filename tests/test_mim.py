@@ -9,7 +9,8 @@ import sysconfig
 
 import pytest
 
-from conftest import build_wheel, data_options
+from helpers.cfg_options import data_options
+from helpers.repo import build_wheel
 
 DEMO_NAME = 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'  # found in the installed package's .mim/configs
 

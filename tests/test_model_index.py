@@ -7,7 +7,7 @@ import pytest
 import yaml
 from mmengine.config import Config
 
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 
 
 def metafile_models():

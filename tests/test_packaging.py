@@ -14,7 +14,7 @@ import pytest
 import setuptools
 from mmengine.config import Config
 
-from conftest import REPO_ROOT, build_wheel, load_script
+from helpers.repo import REPO_ROOT, build_wheel, load_script
 
 
 @pytest.mark.slow

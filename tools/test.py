@@ -18,10 +18,11 @@ from mmdet.utils import setup_cache_size_limit_of_dynamo
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.utils import check_dataset_files, check_vis_backends  # noqa: E402
-from condtok_mm.utils.runtime import (PARTIAL_CHECKPOINT_LIMIT, CheckpointCoverageCheck,  # noqa: E402
-                                      DatasetNotFoundError, MalformedCheckpointError, MissingExtraError,
-                                      PartialCheckpointError)
+from condtok_mm.engine.hooks.checkpoint_coverage import (PARTIAL_CHECKPOINT_LIMIT,  # noqa: E402
+                                                       CheckpointCoverageCheck, MalformedCheckpointError,
+                                                       PartialCheckpointError)
+from condtok_mm.utils import (DatasetNotFoundError, MissingExtraError, check_dataset_files,  # noqa: E402
+                              check_vis_backends)
 
 
 def parse_args():

@@ -36,7 +36,7 @@ result whatever the eigensolver or device) and continuous in X at every rank:
 
     X + C = X + alpha (X~ (I + M) - X),   M = h(X~^T X~)   (sigma_max: X~ (I + M) = X~ + c polar(X~)).
 
-Tolerances (tests/test_conditioning_batched.py): kappa(X + C) <= t (1 + 1e-4) at every rank (rank-deficient,
+Tolerances (tests/conditioning/test_conditioning_batched.py): kappa(X + C) <= t (1 + 1e-4) at every rank (rank-deficient,
 N < d, N close to d, constant, zero, padded); on full-rank inputs ||X + C - reference||_F / ||reference||_F
 <= 3e-5 kappa(X) (the canonical term moves the small directions by about rho / s_min; measured 0.6e-5 to
 0.9e-5 kappa); the eigh and Newton-Schulz solvers agree within 1e-4 (1e-3 where N < d).

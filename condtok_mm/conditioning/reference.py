@@ -1,6 +1,6 @@
 """The float64 reference: today's Gram path with its canonical null-space completion (method='gram') and the thin
 SVD (method='svd'), one image at a time. It is the oracle the batched path is tested against, kept to round-off
-(tests/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the SVD)."""
+(tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the SVD)."""
 import math
 from typing import List, Optional, Sequence, Tuple
 

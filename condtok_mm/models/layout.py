@@ -1,4 +1,4 @@
-"""Where things sit in the backbones we know: attention modules, transformer blocks, patch embeddings, windows.
+"""Where things sit in the backbones we know: attention modules, transformer blocks, patch embeddings, the modules that cut attention windows.
 
 The one place that reads the attribute names of mmdet's and mmpretrain's Swin (``stages[i].blocks[j]``, a
 ``ShiftWindowMSA`` around its ``WindowMSA`` ``w_msa``), ViTDet's ViT (``blocks[j]`` with ``window_size``) and
@@ -6,21 +6,19 @@ mmpretrain's attention modules; the spectral wrapper, the attention-conditioning
 training-dynamics hook ask it instead of looking themselves. It looks through a wrapper's ``wrapped`` module
 (CondTokBackbone, SpectralAttentionBackbone). Pure PyTorch.
 
-The attention windows are cut here too, as the windowed attention cuts them (:func:`window_partition`);
-:func:`condtok_mm.conditioning.token_windows` cuts the conditioner's windows, which hold only a window's real
-tokens, never padding.
+Which module cuts a backbone's attention windows is found here (:func:`window_owners`); how they are cut is
+:mod:`condtok_mm.models.attention_windows`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 __all__ = [
     'unwrapped', 'PROJECTION_BLOCKS', 'attention_projections', 'find_attention_modules', 'block_norms',
     'find_residual_blocks', 'first_attention_blocks', 'block_token_grid', 'patch_embedding',
     'output_token_grid', 'patch_embedding_tokens', 'output_layout', 'conditioner_stage', 'window_owners',
-    'owner_windows', 'window_partition', 'window_unpartition'
+    'owner_windows'
 ]
 
 # Names of the query/key/value projections inside an attention module and how many square blocks each stacks.
@@ -230,37 +228,3 @@ def owner_windows(owner: nn.Module, args: tuple) -> Tuple[int, Tuple[int, int], 
         return args[0].shape[0], tuple(args[1]), owner.window_size, owner.shift_size
     grid = args[0]  # ViTDet's block((B, H, W, C)); its windows are never shifted
     return grid.shape[0], tuple(grid.shape[1:3]), owner.window_size, 0
-
-
-def window_partition(x: torch.Tensor, window_size: int,
-                     shift_size: int = 0) -> Tuple[torch.Tensor, Tuple[int, int]]:
-    """Cut a (B, H, W, C) grid into (B * num_windows, window_size, window_size, C) windows, batch-major.
-
-    As windowed attention cuts them (ViTDet's window blocks; mmdet's and mmpretrain's Swin ShiftWindowMSA):
-    the grid is padded with zeros at the bottom and right to a multiple of the window size, rolled by
-    -shift_size for Swin's shifted windows, then cut row-major. The padded tokens take part in the attention
-    of the border windows.
-
-    Returns:
-        tuple: the windows and the padded grid size (Hp, Wp).
-    """
-    batch, height, width, channels = x.shape
-    x = F.pad(x, (0, 0, 0, -width % window_size, 0, -height % window_size))
-    padded_h, padded_w = x.shape[1], x.shape[2]
-    if shift_size:
-        x = torch.roll(x, shifts=(-shift_size, -shift_size), dims=(1, 2))
-    windows = x.view(batch, padded_h // window_size, window_size, padded_w // window_size, window_size,
-                     channels).permute(0, 1, 3, 2, 4, 5)
-    return windows.reshape(-1, window_size, window_size, channels), (padded_h, padded_w)
-
-
-def window_unpartition(windows: torch.Tensor, window_size: int, padded_hw: Tuple[int, int],
-                       hw: Tuple[int, int]) -> torch.Tensor:
-    """Inverse of :func:`window_partition` without a shift: (B * num_windows, ws, ws, C) back to (B, H, W, C),
-    unpadded."""
-    padded_h, padded_w = padded_hw
-    rows, cols = padded_h // window_size, padded_w // window_size
-    batch = windows.shape[0] // (rows * cols)
-    x = windows.view(batch, rows, cols, window_size, window_size, -1).permute(0, 1, 3, 2, 4, 5)
-    x = x.reshape(batch, padded_h, padded_w, -1)
-    return x[:, :hw[0], :hw[1]].contiguous()

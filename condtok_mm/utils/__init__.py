@@ -1,5 +1,7 @@
+from .amp_fallback import fall_back_from_amp_on_cpu
+from .dataset_files import DatasetNotFoundError, check_dataset_files
+from .extras import MissingExtraError, check_vis_backends
 from .machine import describe_machine, machine_summary, timed, usable_cpus
-from .runtime import check_dataset_files, check_vis_backends, fall_back_from_amp_on_cpu
 
-__all__ = ['check_dataset_files', 'check_vis_backends', 'describe_machine', 'fall_back_from_amp_on_cpu',
-           'machine_summary', 'timed', 'usable_cpus']
+__all__ = ['DatasetNotFoundError', 'MissingExtraError', 'check_dataset_files', 'check_vis_backends',
+           'describe_machine', 'fall_back_from_amp_on_cpu', 'machine_summary', 'timed', 'usable_cpus']

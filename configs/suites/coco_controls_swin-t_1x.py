@@ -1,7 +1,7 @@
 # The controls on COCO: Swin-T Mask R-CNN 1x (mmdet's recipe: lr 1e-4 for 16 GPUs x 2 images), baseline,
 # conditioned tokens and the two token-scale controls, 3 seeds at the recipe's rate and half and twice it.
 # Needs data/coco and GPUs, e.g. 16 GPUs a cell through SLURM (the recipe's batch, 16 x 2 images):
-#   python tools/benchmark/run_suite.py configs/suites/coco_controls_swin-t_1x.py --launcher slurm \
+#   python tools/suites/run_suite.py configs/suites/coco_controls_swin-t_1x.py --launcher slurm \
 #       --partition PARTITION --nproc 16 --jobs 4
 seeds = [0, 1, 2]
 lrs = [5e-5, 1e-4, 2e-4]

@@ -1,7 +1,7 @@
 # The controls on COCO: ViTDet-B Mask R-CNN (LSJ 100 epochs = 184375 iterations at 64 images), the
 # paper's main setting (a plain, globally attending ViT), baseline, conditioned tokens and the two
 # token-scale controls, 3 seeds at the recipe's rate. Needs data/coco and GPUs, e.g.:
-#   python tools/benchmark/run_suite.py configs/suites/coco_controls_vitdet-b.py --launcher slurm \
+#   python tools/suites/run_suite.py configs/suites/coco_controls_vitdet-b.py --launcher slurm \
 #       --partition PARTITION --nproc 16 --jobs 4
 seeds = [0, 1, 2]
 lrs = [1e-4]

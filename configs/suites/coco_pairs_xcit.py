@@ -2,7 +2,7 @@
 # and conditioned tokens (CondTokBackbone around mmpretrain's XCiT), 3 seeds at the recipe's rate; each
 # conditioned variant is compared with its own baseline twin (the same architecture). Needs data/coco, GPUs and
 # the ImageNet checkpoints the configs name, e.g.:
-#   python tools/benchmark/run_suite.py configs/suites/coco_pairs_xcit.py --launcher slurm \
+#   python tools/suites/run_suite.py configs/suites/coco_pairs_xcit.py --launcher slurm \
 #       --partition PARTITION --nproc 8 --jobs 4
 seeds = [0, 1, 2]
 lrs = [1e-4]

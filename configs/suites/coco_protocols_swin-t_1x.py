@@ -5,7 +5,7 @@
 # convert_weights=False), given in the environment of run_suite.py:
 #   python tools/train.py configs/classification/swin-tiny-condtok_16xb64_in1k.py  # or mmpretrain's tools, 16 GPUs
 #   CONDTOK_P2_CHECKPOINT=work_dirs/swin-tiny-condtok_16xb64_in1k/epoch_300.pth \
-#   python tools/benchmark/run_suite.py configs/suites/coco_protocols_swin-t_1x.py --launcher slurm \
+#   python tools/suites/run_suite.py configs/suites/coco_protocols_swin-t_1x.py --launcher slurm \
 #       --partition PARTITION --nproc 16 --jobs 4
 # mmpretrain's Swin-T outputs the last stage only (out_indices=(3,)), so the detector's output norms of stages 0-2
 # (backbone.norm0-norm2) are not in that checkpoint and keep their initialisation, as with mmdet's public one.

@@ -1,5 +1,5 @@
 # The controls study on the demo Swin Mask R-CNN: does conditioning help, or the token scale it brings?
-#   python tools/benchmark/run_suite.py configs/suites/demo_controls_swin.py --jobs 2
+#   python tools/suites/run_suite.py configs/suites/demo_controls_swin.py --jobs 2
 _base_ = ['./_base_/demo_4e.py']
 description = ('Demo Swin Mask R-CNN (configs/demo/, data/shapes): A baseline, B conditioned tokens (the '
                "paper's sigma_max, kappa <= 2), C scale-matched (r X), D norm-matched ((X + C) / r), "

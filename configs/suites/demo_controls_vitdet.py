@@ -1,7 +1,7 @@
 # The controls study, second architecture: the demo ViTDet Mask R-CNN (plain ViT, global + window attention, the
 # paper's main setting), variants A-D of demo_controls_swin.py, each at its best learning rate there (by mean
 # bbox AP over 3 seeds: A 2.5e-4, B 1e-3, C 2.5e-4, D 1e-3; work_dirs/suites/demo_controls_swin/suite.md).
-#   python tools/benchmark/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2
+#   python tools/suites/run_suite.py configs/suites/demo_controls_vitdet.py --jobs 2
 _base_ = ['./_base_/demo_4e.py']
 description = ('Demo ViTDet Mask R-CNN (configs/demo/, data/shapes): A baseline, B conditioned tokens, C '
                'scale-matched, D norm-matched, each at its best learning rate of the Swin study '

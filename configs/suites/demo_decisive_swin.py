@@ -13,7 +13,7 @@
 # sign-flip p (Holm over B, D, F_win); secondary: AP at epochs 3 and 6, escape iterations.
 # Cells run seed-major; stop it any time and continue with --resume:
 #   python tools/dataset/make_shapes.py --out-dir data/shapes_val200/ --num-val 200
-#   python tools/benchmark/run_suite.py configs/suites/demo_decisive_swin.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_decisive_swin.py --jobs 2 --resume
 _base_ = ['./_base_/demo_12e_val200.py']
 description = ('Demo Swin Mask R-CNN, 12 epochs, 200 val images: A baseline (2.5e-4, chosen on seeds 0-2 '
                'between 2.5e-4 and 1e-3), B conditioned tokens, D norm-matched, F_win the first attention input '

@@ -3,7 +3,7 @@
 # run), A baseline, B conditioned tokens, D norm-matched, each at its rate of the recorded sweep (A 2.5e-4, B and
 # D 1e-3: configs/suites/demo_controls_vitdet.py), fixed in advance, on fresh seeds 3-5:
 #   python tools/dataset/make_shapes.py --out-dir data/shapes_val200/ --num-val 200
-#   python tools/benchmark/run_suite.py configs/suites/demo_decisive_vitdet.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_decisive_vitdet.py --jobs 2 --resume
 _base_ = ['./_base_/demo_12e_val200.py']
 description = ('Demo ViTDet Mask R-CNN, 12 epochs, 200 val images: A baseline, B conditioned tokens, D '
                'norm-matched, at rates fixed in advance, seeds 3-5.')

@@ -19,7 +19,7 @@
 #     mkdir -p work_dirs/suites/demo_dose_norm_swin/D_norm_matched/lr0.001 && \
 #     cp -r docs/en/studies/records/demo_decisive_swin/D_norm_matched/lr0.001/seed$s \
 #       work_dirs/suites/demo_dose_norm_swin/D_norm_matched/lr0.001/; done
-#   python tools/benchmark/run_suite.py configs/suites/demo_dose_norm_swin.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_dose_norm_swin.py --jobs 2 --resume
 _base_ = ['./_base_/demo_12e_val200.py']
 description = ('Demo Swin Mask R-CNN, 12 epochs, 200 val images: target kappa 1.25 / 2 / 8 norm-matched '
                '((X + C) / r, the token scale held at X) at 1e-3 and 5e-4, Token Graying norm-matched at 1e-3, '

@@ -1,4 +1,4 @@
-# Suite for tools/benchmark/run_suite.py: dose-response of each conditioning method's strength on the demo Swin
+# Suite for tools/suites/run_suite.py: dose-response of each conditioning method's strength on the demo Swin
 # (synthetic shapes, 2 CPU cores). It is demo_methods_swin.py (the baseline and the three methods at their published
 # settings, every learning rate and seed) plus two more strengths of each method, one on each side of the published
 # one where the knob allows, each at the learning rate where its method's published setting did best
@@ -10,7 +10,7 @@
 # Run after demo_methods_swin.py, its cells linked in, so that only the new strengths train:
 #   mkdir -p work_dirs/suites/demo_dose_swin && for v in baseline condtok spectral graying; do
 #     ln -s ../demo_methods_swin/$v work_dirs/suites/demo_dose_swin/$v; done
-#   python tools/benchmark/run_suite.py configs/suites/demo_dose_swin.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_dose_swin.py --jobs 2 --resume
 _base_ = ['./demo_methods_swin.py']
 description = ('Demo Swin Mask R-CNN (configs/demo/, data/shapes): dose-response of conditioned tokens '
                '(target kappa), spectral conditioning (lambda) and Token Graying (epsilon), each strength at '

@@ -6,7 +6,7 @@
 # images, a checkpoint each epoch so that an interrupted cell resumes, the attention-conditioning hook every 100
 # iterations (and at the first). The data and the command (seed-major; stop any time, go on with --resume):
 #   python tools/dataset/make_shapes.py --out-dir data/shapes_val200/ --num-val 200
-#   python tools/benchmark/run_suite.py configs/suites/demo_long_swin.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_long_swin.py --jobs 2 --resume
 #
 # Declared before any cell ran:
 # - Arms: A the baseline at 2.5e-4 and at 1e-3 (one variant with both rates, so that a baseline that only needed

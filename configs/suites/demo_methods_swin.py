@@ -1,4 +1,4 @@
-# Suite for tools/benchmark/run_suite.py: the demo Swin (synthetic shapes, 2 CPU cores) without conditioning and with
+# Suite for tools/suites/run_suite.py: the demo Swin (synthetic shapes, 2 CPU cores) without conditioning and with
 # each of the three conditioning methods at its published setting, every method at every learning rate and seed
 # (its best learning rate is then compared with the baseline's, paired by seed).
 #   conditioned embedded tokens (arXiv 2505.12789): C = s_1 U V^T on the embedded tokens, kappa <= 2

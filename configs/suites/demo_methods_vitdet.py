@@ -1,4 +1,4 @@
-# Suite for tools/benchmark/run_suite.py: the demo ViTDet (synthetic shapes, 2 CPU cores) without conditioning and with
+# Suite for tools/suites/run_suite.py: the demo ViTDet (synthetic shapes, 2 CPU cores) without conditioning and with
 # each of the three conditioning methods at its published setting, each at its best learning rate of the demo Swin
 # (configs/suites/demo_methods_swin.py, by mean bbox AP over 3 seeds: baseline 2.5e-4, conditioned tokens 1e-3,
 # spectral 5e-4, graying 2e-3), as the controls study does for its ViTDet: a full rate sweep costs 3 hours here.
@@ -10,7 +10,7 @@
 #   mkdir -p work_dirs/suites/demo_methods_vitdet
 #   ln -s ../demo_controls_vitdet/A_baseline work_dirs/suites/demo_methods_vitdet/baseline
 #   ln -s ../demo_controls_vitdet/B_conditioned work_dirs/suites/demo_methods_vitdet/condtok
-#   python tools/benchmark/run_suite.py configs/suites/demo_methods_vitdet.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_methods_vitdet.py --jobs 2 --resume
 _base_ = ['./_base_/demo_4e.py']
 description = ('Demo ViTDet Mask R-CNN (configs/demo/, data/shapes): baseline vs conditioned embedded tokens '
                "(sigma_max, kappa <= 2), spectral conditioning of attention (lambda 10) and Token Graying "

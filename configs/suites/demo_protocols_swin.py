@@ -1,5 +1,5 @@
 # The protocol study at the demo scale: what conditioning does to a backbone pretrained without it, a ramp,
-# norm-matching, and conditioned pretraining (tools/benchmark/run_suite.py). The demo mini-Swin is pretrained on
+# norm-matching, and conditioned pretraining (tools/suites/run_suite.py). The demo mini-Swin is pretrained on
 # the shapes classification task (its own images) with and without conditioning, then the demo Mask R-CNN is
 # fine-tuned on the detection data for the demo's own 12 epochs (600 iterations; warm-up 100) under each protocol,
 # evaluated on 200 val images as the decisive study is (_base_/demo_12e_val200.py):
@@ -7,12 +7,12 @@
 #   python tools/dataset/make_shapes.py --out-dir data/shapes_cls/ --seed 1 --num-train 10000 --num-val 500
 #   python tools/train.py configs/demo/swin-mini_1xb32-20e_shapes-cls.py          # P0/P1's pretraining
 #   python tools/train.py configs/demo/swin-mini-condtok_1xb32-20e_shapes-cls.py  # P2's pretraining
-#   python tools/benchmark/run_suite.py configs/suites/demo_protocols_swin.py --jobs 2 --resume
+#   python tools/suites/run_suite.py configs/suites/demo_protocols_swin.py --jobs 2 --resume
 # The suite reads the backbones published into its records (below); others: CONDTOK_PRETRAINED=PATH (unconditioned)
 # and CONDTOK_PRETRAINED_CONDITIONED=PATH in the environment of run_suite.py (mmengine's {{$VAR:default}}
 # substitution), e.g. work_dirs/swin-mini_1xb32-20e_shapes-cls/epoch_20.pth after the commands above.
 # Every arm fine-tunes from a loaded backbone, so with the same seed every arm starts from the same neck and head
-# weights (tests/benchmark/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
+# weights (tests/suites/test_protocol_suites.py checks it); the from-scratch reference draws its backbone's random
 # initialisation first, so its heads differ from the other arms': it is described, not compared.
 #
 # Declared before any cell ran:

@@ -8,7 +8,7 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from conftest import DEMO, REPO_ROOT
+from helpers.repo import DEMO, REPO_ROOT
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from mmengine.registry import init_default_scope
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
 
-from conftest import REPO_ROOT, load_script
+from helpers.repo import REPO_ROOT, load_script
 
 
 @pytest.mark.slow

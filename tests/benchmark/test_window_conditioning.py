@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ import torch
 from mmengine.runner import Runner, find_latest_checkpoint
 
 from condtok_mm import compat
-from conftest import REPO_ROOT, read_until
-from toy_runner import toy_cfg
+from helpers.processes import read_until
+from helpers.repo import REPO_ROOT
+from helpers.toy_runner import toy_cfg
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes (test_opt_in.py).

@@ -3,7 +3,7 @@ import pytest
 from mmengine.runner import Runner
 
 from condtok_mm import compat
-from toy_runner import toy_cfg
+from helpers.toy_runner import toy_cfg
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes (test_opt_in.py).

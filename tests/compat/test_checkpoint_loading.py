@@ -1,9 +1,6 @@
 """condtok_mm.compat.checkpoint_loading: every way a checkpoint is read (a local path, http(s)://, every other
 mmengine scheme; load_from, init_cfg=Pretrained, tools/test.py) loads weights-only with the allow-list, refuses a
 checkpoint whose pickle would run a command, and still loads ours and plain weights files."""
-import contextlib
-import functools
-import http.server
 import importlib
 import json
 import os
@@ -12,8 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 import torch
@@ -26,9 +21,10 @@ from torch import nn
 
 from condtok_mm import compat
 from condtok_mm.compat.checkpoint_loading import url_cache_name
-from conftest import DEMO, REPO_ROOT, data_options
+from helpers.cfg_options import data_options
+from helpers.repo import DEMO, REPO_ROOT
 from helpers.loopback_server import serving
-from toy_runner import toy_cfg
+from helpers.toy_runner import toy_cfg
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes (test_opt_in.py).

@@ -4,7 +4,7 @@ from mmengine.config import Config
 
 from condtok_mm import compat
 from condtok_mm.compat import config_formatting
-from toy_runner import toy_cfg
+from helpers.toy_runner import toy_cfg
 
 compat.apply()  # the opt-in our tools and configs make (test_opt_in.py checks a bare import leaves mmengine be)
 

@@ -17,8 +17,9 @@ from torch import nn
 
 from condtok_mm import compat
 from condtok_mm.compat import cpu_launchers
-from conftest import REPO_ROOT, free_port
-from toy_runner import toy_cfg
+from helpers.processes import free_port
+from helpers.repo import REPO_ROOT
+from helpers.toy_runner import toy_cfg
 
 # The tests below run the fixes in this process (the opt-in our tools and configs make); the tests of what a
 # bare import leaves alone run in fresh processes (test_opt_in.py).

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from condtok_mm import compat
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 
 # Records every attribute of every loaded module of the stack (and of each class defined there), then runs
 # STEP, then prints, as JSON, every recorded attribute that is now another object or gone. Modules that

@@ -17,7 +17,10 @@ from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe
 from condtok_mm.models.layout import find_attention_modules
 from condtok_mm.registry import HOOKS, MODELS
 from condtok_mm.models.valid_region import record_valid_region
-from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options, free_port, window_matrices
+from helpers.cfg_options import cfg_options_dict, data_options
+from helpers.processes import free_port
+from helpers.repo import DEMO, REPO_ROOT
+from helpers.tokens import window_matrices
 
 SMALL_SWIN = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
 

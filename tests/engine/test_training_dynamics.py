@@ -1,5 +1,5 @@
 """TrainingDynamicsHook against a float64 hand computation, its silence between recordings, and
-tools/analysis/training_dynamics.py (its comparison by hand, and two demo variants end to end)."""
+tools/analysis/compare_training_dynamics.py (its comparison by hand, and two demo variants end to end)."""
 import copy
 import json
 import math
@@ -22,9 +22,9 @@ from condtok_mm.engine.hooks.training_dynamics import TrainingDynamicsHook
 from condtok_mm.models.layout import find_residual_blocks
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.registry import HOOKS
-from conftest import DEMO, REPO_ROOT, load_script, run_tool
+from helpers.repo import DEMO, REPO_ROOT, load_script, run_tool
 
-training_dynamics_tool = load_script('analysis', 'training_dynamics.py')
+training_dynamics_tool = load_script('analysis', 'compare_training_dynamics.py')
 BASELINE_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini_fpn_12e_shapes.py')
 # 2 images of 16 x 16 -> a 4 x 4 grid of 8 channels; block 0 attends in 2 x 2 windows, block 1 globally
 IMAGES = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
@@ -230,7 +230,7 @@ def test_variant_arguments_are_checked():
 @pytest.mark.timeout(300)
 def test_two_demo_variants_end_to_end(shapes_root, tmp_path):
     out_dir = tmp_path / 'dynamics'
-    output = run_tool('analysis/training_dynamics.py', '--variant', 'baseline', BASELINE_DEMO, '--variant',
+    output = run_tool('analysis/compare_training_dynamics.py', '--variant', 'baseline', BASELINE_DEMO, '--variant',
                       'condtok', DEMO, '--iters', '4', '--interval', '2', '--out-dir', str(out_dir),
                       '--cfg-options', f'train_dataloader.dataset.data_root={shapes_root}/',
                       'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False')

@@ -18,7 +18,7 @@ from pycocotools.cocoeval import COCOeval as PycocotoolsCOCOeval
 import condtok_mm  # noqa: F401
 from condtok_mm.datasets import SHAPE_CLASSES, make_shapes_dataset
 from condtok_mm.evaluation import FastCocoMetric
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 
 METRIC_TYPES = ['bbox', 'segm', 'proposal']
 

@@ -7,7 +7,7 @@ from mmdet.models.backbones.swin import swin_converter
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number, condition_token_windows, condition_tokens
 from condtok_mm.registry import MODELS
-from conftest import window_matrices
+from helpers.tokens import window_matrices
 
 SMALL = dict(embed_dims=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8), window_size=4)
 

@@ -9,7 +9,7 @@ import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number, condition_token_windows
 from condtok_mm.models.backbones import CondViT, ViTDetViT
 from condtok_mm.registry import MODELS
-from conftest import window_matrices
+from helpers.tokens import window_matrices
 
 # A depth-2 ViT: block 0 attends in 4 x 4 windows, block 1 globally; relative position bias on.
 SMALL = dict(img_size=128, patch_size=16, embed_dim=32, depth=2, num_heads=2, window_size=4,

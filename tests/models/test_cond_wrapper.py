@@ -8,7 +8,10 @@ from mmengine.structures import LabelData  # noqa: F401  (mmpretrain data sample
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number
 from condtok_mm.registry import MODELS
-from conftest import REPO_ROOT, window_matrices
+from helpers.repo import REPO_ROOT
+
+# Swin-T's and DaViT-T's layout at a twelfth of their width and a quarter of their depth: the same modules, so
+from helpers.tokens import window_matrices
 
 # Swin-T's and DaViT-T's layout at a twelfth of their width and a quarter of their depth: the same modules, so
 # the same hooks and token layouts, for a fraction of the time

@@ -6,7 +6,8 @@ from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
 from condtok_mm.registry import MODELS
-from conftest import DEMO, REPO_ROOT, cfg_options_dict, data_options
+from helpers.cfg_options import cfg_options_dict, data_options
+from helpers.repo import DEMO, REPO_ROOT
 
 XCIT_CONDTOK = f'{REPO_ROOT}/configs/xcit/mask-rcnn_xcit-s12-p16-condtok_rescale-fpn_ms-crop-3x_coco.py'
 

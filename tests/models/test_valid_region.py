@@ -15,7 +15,8 @@ from condtok_mm.conditioning import condition_number, condition_tokens
 from condtok_mm.models import TokenConditioner
 from condtok_mm.models.valid_region import (batch_valid_region, record_valid_region, valid_token_shapes)
 from condtok_mm.registry import MODELS
-from conftest import REPO_ROOT, random_tokens
+from helpers.repo import REPO_ROOT
+from helpers.tokens import random_tokens
 
 DEMO_SWIN = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
 DEMO_VIT = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet-condtok_simple-fpn_12e_shapes.py')

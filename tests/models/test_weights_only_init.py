@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 from helpers.loopback_server import serving
 
 # Builds CFG in a process that imports condtok_mm only, runs init_weights, and prints what happened and whether

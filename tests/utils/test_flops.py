@@ -10,7 +10,7 @@ from mmengine.analysis import FlopAnalyzer
 from torch import nn
 
 from condtok_mm.utils.flops import count_flops
-from conftest import REPO_ROOT
+from helpers.repo import REPO_ROOT
 
 
 class Decompositions(nn.Module):

@@ -25,9 +25,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
-from condtok_mm.benchmark.plan import lr_name  # noqa: E402
-from condtok_mm.benchmark.results import joined_records, record_stream, training_runs  # noqa: E402
-from condtok_mm.benchmark.statistics import mean_std, paired_difference  # noqa: E402
+from condtok_mm.suites.plan import lr_name  # noqa: E402
+from condtok_mm.suites.results import joined_records, record_stream, training_runs  # noqa: E402
+from condtok_mm.suites.statistics import mean_std, paired_difference  # noqa: E402
 
 # (hook key, what it is) in the order of the forward pass; layerNN keys are found in the records
 QUANTITIES = [
@@ -195,7 +195,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not osp.isfile(osp.join(args.record_dir, 'suite.json')):
         parser.error(f'{args.record_dir} holds no suite.json: give the --out-dir of a gathered suite run '
-                     '(tools/benchmark/run_suite.py SUITE --gather-only --out-dir DIR writes it)')
+                     '(tools/suites/run_suite.py SUITE --gather-only --out-dir DIR writes it)')
     try:
         arms, quantities, phases, table = gather(args.record_dir)
     except ValueError as error:

@@ -10,7 +10,7 @@ of its strength. The method's doses are the other variants with the same config,
 row at that rate and each dose's row, with the strength read from the variant's config after its cfg_options.
 Differences are paired by seed, with 95 % t intervals: against the method's published setting at the same rate,
 and against the suite's reference at the reference's best rate. Reads OUT_DIR/suite.json
-(tools/benchmark/run_suite.py); writes dose.json, dose.md and dose.png there and prints the table.
+(tools/suites/run_suite.py); writes dose.json, dose.md and dose.png there and prints the table.
 """
 import argparse
 import json
@@ -19,10 +19,10 @@ import sys
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO_ROOT)  # run from a checkout, installed or not
-from condtok_mm.benchmark.plan import Cell, resolved_config  # noqa: E402
-from condtok_mm.benchmark.report import fmt, fmt_difference, seeds_text  # noqa: E402
-from condtok_mm.benchmark.schema import SuiteError, load_suite  # noqa: E402
-from condtok_mm.benchmark.statistics import (best_lr, mean_std, metric_by_seed, paired_difference,  # noqa: E402
+from condtok_mm.suites.plan import Cell, resolved_config  # noqa: E402
+from condtok_mm.suites.report import fmt, fmt_difference, seeds_text  # noqa: E402
+from condtok_mm.suites.schema import SuiteError, load_suite  # noqa: E402
+from condtok_mm.suites.statistics import (best_lr, mean_std, metric_by_seed, paired_difference,  # noqa: E402
                                              reported_metrics)
 
 
@@ -164,7 +164,7 @@ def main(argv=None):
     out_dir = args.out_dir or osp.join('work_dirs', 'suites', name)
     summary_path = osp.join(out_dir, 'suite.json')
     if not osp.isfile(summary_path):
-        raise SystemExit(f'error: no {summary_path}; run tools/benchmark/run_suite.py {args.suite} first, or give '
+        raise SystemExit(f'error: no {summary_path}; run tools/suites/run_suite.py {args.suite} first, or give '
                          '--out-dir')
     with open(summary_path) as f:
         summary = json.load(f)

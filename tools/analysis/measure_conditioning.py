@@ -28,8 +28,7 @@ from condtok_mm import compat  # noqa: E402
 from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
-from condtok_mm.utils import check_dataset_files, describe_machine  # noqa: E402
-from condtok_mm.utils.runtime import DatasetNotFoundError  # noqa: E402
+from condtok_mm.utils import DatasetNotFoundError, check_dataset_files, describe_machine  # noqa: E402
 
 
 def parse_args():

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
-from condtok_mm.benchmark.results import joined_records, newest, read_json, record_stream, training_runs  # noqa: E402
+from condtok_mm.suites.results import joined_records, newest, read_json, record_stream, training_runs  # noqa: E402
 from condtok_mm.compat.checkpoint_loading import load_from_local  # noqa: E402
 
 

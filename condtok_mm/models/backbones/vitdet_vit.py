@@ -19,7 +19,7 @@ from mmengine.model import BaseModule
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from condtok_mm.compat.checkpoint_loading import weights_only_loading
-from condtok_mm.models.layout import window_partition, window_unpartition
+from condtok_mm.models.attention_windows import window_partition, window_unpartition
 from condtok_mm.registry import MODELS
 
 # Keys of an MAE-pretrained ViT that ViTDet does not use (the class token, the final norm, the MAE decoder).

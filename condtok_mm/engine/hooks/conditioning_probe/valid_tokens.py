@@ -3,7 +3,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from condtok_mm.models.layout import window_partition
+from condtok_mm.models.attention_windows import window_partition
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 
 
@@ -41,7 +41,7 @@ def valid_token_mask(batch: int, hw_shape: Tuple[int, int],
 def window_token_mask(mask: torch.Tensor, window_size: int, shift_size: int = 0) -> torch.Tensor:
     """The validity of every token of every attention window, as the windowed attention lays them out.
 
-    ``mask`` (B, H, W) is cut by :func:`condtok_mm.models.layout.window_partition` (padded with False to a
+    ``mask`` (B, H, W) is cut by :func:`condtok_mm.models.attention_windows.window_partition` (padded with False to a
     multiple of the window size, rolled by -shift_size for Swin's shifted windows): (B * num_windows,
     window_size ** 2).
     """

@@ -1,0 +1,192 @@
+"""What defines a cell, recorded in its work dir when it starts, so that a resumed or gathered suite uses a
+cell only when it is the cell asked for.
+
+The fingerprint of a cell is its resolved config (the config file after every --cfg-options, as
+tools/train.py reads it; canonical JSON), its options, seed, learning rate, the condtok_mm version and the
+SHA-256 of the files the config reads that can change under the same path: the checkpoints it loads
+(``init_cfg.checkpoint``, ``load_from``, local or http(s)://; a pretrained backbone trained again is another
+cell) and the annotation files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work
+dir is not part of it: a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same
+cell when these agree.
+"""
+import functools
+import hashlib
+import json
+import os
+import os.path as osp
+import subprocess
+
+from condtok_mm.compat.checkpoint_loading import download_url
+from condtok_mm.version import __version__
+from .plan import resolved_config
+from .results import read_json
+
+FINGERPRINT_FILE = 'suite_cell.json'
+FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
+INPUT_KEYS = ('checkpoint', 'load_from', 'ann_file')  # config keys naming a file the cell reads
+SHOWN_CONFIG_KEYS = 6  # differing config keys named in a message (the shallowest first); the rest are counted
+
+
+def canonical(value):
+    """``value`` as it reads back from JSON (tuples as lists, keys sorted, other objects by repr)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+def input_files(config, prefix=''):
+    """{dotted key: path} of the files a config dict names under INPUT_KEYS: an ``ann_file`` joined to the
+    ``data_root`` beside it (as mmengine's BaseDataset does), the other paths as written."""
+    files = {}
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key in INPUT_KEYS and isinstance(value, str) and value:
+                root = config.get('data_root') if key == 'ann_file' else None
+                files[prefix + key] = osp.join(root, value) if isinstance(root, str) else value
+            else:
+                files.update(input_files(value, f'{prefix}{key}.'))
+    elif isinstance(config, (list, tuple)):
+        for i, value in enumerate(config):
+            files.update(input_files(value, f'{prefix}{i}.'))
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def sha256(path, size, mtime_ns):
+    """The file's SHA-256, once per (path, size, modification time) in a run."""
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(functools.partial(f.read, 1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_digest(path, root):
+    """'sha256:HEX' of a local file (relative paths from ``root``, where the tools run) or of an http(s)://
+    checkpoint (the copy the cell loads, downloaded into the hub cache under the whole URL's name), or None for
+    a file that is not there yet or a URL that cannot be fetched now."""
+    if path.startswith(('http://', 'https://')):
+        try:
+            full = download_url(path)
+        except OSError:  # urllib's URLError and HTTPError are OSErrors: the cell's own load will name it
+            return None
+    else:
+        full = path if osp.isabs(path) else osp.join(root, path)
+        if not osp.isfile(full):
+            return None
+    stat = os.stat(full)
+    return 'sha256:' + sha256(osp.realpath(full), stat.st_size, stat.st_mtime_ns)
+
+
+def fingerprint(cell, root):
+    """The cell's fingerprint; ``root`` is the directory its commands run in (relative paths start there)."""
+    cfg = canonical(resolved_config(cell.config_path, cell.options).to_dict())
+    inputs = {key: dict(path=path, digest=file_digest(path, root)) for key, path in input_files(cfg).items()}
+    return dict(config=cfg, options=list(cell.options), seed=cell.seed, lr=cell.lr, version=__version__,
+                inputs=inputs)
+
+
+def fingerprint_path(cell):
+    return osp.join(cell.work_dir, FINGERPRINT_FILE)
+
+
+@functools.lru_cache(maxsize=None)
+def source_commit(root):
+    """The git commit of the checkout at ``root`` ('+changes' when tracked files differ from it), or None
+    outside a git checkout: recorded beside a fingerprint, not part of it (a commit that only changes the docs
+    makes the same cells), so that suite.md can say which code its cells ran."""
+    def git(*args):
+        return subprocess.run(['git', '-C', root, *args], capture_output=True, text=True)
+    head = git('rev-parse', '--short=12', 'HEAD')
+    if head.returncode != 0:
+        return None
+    changed = git('status', '--porcelain', '--untracked-files=no').stdout.strip()
+    return head.stdout.strip() + ('+changes' if changed else '')
+
+
+def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None):
+    """Record the cell's fingerprint in its work dir, and beside it the commit its commands run, the seconds its
+    train and test commands have taken so far and the kind of CPU they run on (model and vector instructions; None:
+    not known). The CPU is not part of the fingerprint, but a cell reruns bit-identically only on the same kind
+    (docs/en/studies/repeatability.md)."""
+    os.makedirs(cell.work_dir, exist_ok=True)
+    path = fingerprint_path(cell)
+    with open(path + '.tmp', 'w') as f:
+        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu,
+                       **record), f, indent=1)
+    os.replace(path + '.tmp', path)  # never a half-written record
+
+
+def recorded_wall_time(cell):
+    """The seconds a cell's record says its commands took, or None (recorded before cells kept their time, or no
+    record)."""
+    return (cell_record(cell) or {}).get('wall_s')
+
+
+def cell_record(cell):
+    """The cell's suite_cell.json as a dict, or None where it has none; raises
+    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed."""
+    path = fingerprint_path(cell)
+    if not osp.isfile(path):
+        return None
+    return read_json(path)
+
+
+def recorded_fingerprint(cell):
+    """The fingerprint the cell's work dir records, or None where it records none."""
+    record = cell_record(cell)
+    return None if record is None else {key: record.get(key) for key in FINGERPRINT_KEYS}
+
+
+def flatten(value, prefix=''):
+    """{dotted key: leaf} of nested dicts (lists are leaves, as --cfg-options sets them; an empty dict below the
+    top is a leaf)."""
+    if isinstance(value, dict) and (value or not prefix):
+        items = {}
+        for key, item in value.items():
+            items.update(flatten(item, f'{prefix}{key}.'))
+        return items
+    return {prefix[:-1]: value}
+
+
+def differences(recorded, current):
+    """What differs between two fingerprints, one line each (the config by key, at most SHOWN_CONFIG_KEYS)."""
+    lines = []
+    old, new = flatten(recorded['config'] or {}), flatten(current['config'])
+    changed = sorted((key for key in set(old) | set(new) if old.get(key, '<absent>') != new.get(key, '<absent>')),
+                     key=lambda key: (key.count('.'), key))  # model.backbone.type before its arguments
+    for key in changed[:SHOWN_CONFIG_KEYS]:
+        lines.append(f'config {key}: {old.get(key, "<absent>")!r} recorded, {new.get(key, "<absent>")!r} now')
+    if len(changed) > SHOWN_CONFIG_KEYS:
+        lines.append(f'config: {len(changed) - SHOWN_CONFIG_KEYS} more keys differ')
+    recorded_options, options = recorded['options'] or [], current['options']
+    removed = [option for option in recorded_options if option not in options]
+    added = [option for option in options if option not in recorded_options]
+    if removed or added:
+        lines.append('options: ' + ', '.join([f'-{option}' for option in removed] + [f'+{option}' for option in added]))
+    elif recorded_options != options:
+        lines.append('options: the same options in another order (the last of a key wins)')
+    for key in ('seed', 'lr', 'version'):
+        if recorded[key] != current[key]:
+            lines.append(f'{key}: {recorded[key]!r} recorded, {current[key]!r} now')
+    if recorded['inputs'] is None:
+        lines.append('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather or resume '
+                     'it with the commit it ran at, or --rerun-changed)')
+    else:
+        old_inputs, new_inputs = recorded['inputs'], current['inputs']
+        for key in sorted(set(old_inputs) | set(new_inputs)):
+            was, now = old_inputs.get(key) or {}, new_inputs.get(key) or {}
+            url = str(now.get('path') or was.get('path') or '').startswith(('http://', 'https://'))
+            if url and (was.get('digest') is None or now.get('digest') is None):
+                continue  # a URL not fetched now, or recorded before URLs were hashed: not known to differ
+            if was.get('digest') != now.get('digest'):
+                lines.append(f'input {key}: {was.get("digest") or "<none>"} recorded, '
+                             f'{now.get("digest") or "<none>"} now ({now.get("path") or was["path"]})')
+    return lines
+
+
+def set_aside(cell):
+    """Move a changed cell's work dir out of the way (to WORK_DIR.changed-N); returns where it went."""
+    n = 1
+    while osp.exists(f'{cell.work_dir}.changed-{n}'):
+        n += 1
+    os.rename(cell.work_dir, f'{cell.work_dir}.changed-{n}')
+    return f'{cell.work_dir}.changed-{n}'
