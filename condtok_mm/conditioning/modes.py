@@ -1,5 +1,5 @@
-"""The conditioning modes (the lift each gives a singular value), their options and the checks of those options."""
-import math
+"""The conditioning modes (the lift each gives a singular value) and the values each option may take
+(:class:`.options.ConditioningOptions` checks them)."""
 from typing import Tuple
 
 import torch
@@ -30,40 +30,6 @@ GRAYING_EPSILON = 0.95
 # When non-finite tokens (in or out) raise: True at once (a host read), False never, 'auto' at once on the CPU
 # and, on CUDA, from a flag copied to the host without a sync and read at the next call (see .diagnostics).
 CHECKS = ('auto', True, False)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_arguments(mode: str, alpha: float, target_kappa: float, method: str, epsilon: float,
-                    solver: str = 'auto', check='auto', where: str = 'condition_tokens') -> None:
-    """Raise ValueError, naming the option and its valid values, for an invalid conditioning option."""
-    if mode not in CONDITIONING_MODES:
-        raise ValueError(f'{where}: conditioning mode must be one of {CONDITIONING_MODES}, got {mode!r}')
-    if method not in CONDITIONING_METHODS:
-        raise ValueError(f'{where}: conditioning method must be one of {CONDITIONING_METHODS}, got {method!r}')
-    if isinstance(alpha, torch.Tensor):  # a strength that a schedule updates in place: not read (no host sync)
-        if alpha.dim() != 0 or not alpha.is_floating_point() or alpha.device.type != 'cpu':
-            raise ValueError(f'{where}: alpha as a tensor must be a 0-dim floating CPU tensor, got '
-                             f'{alpha.dtype} of shape {tuple(alpha.shape)} on {alpha.device}')
-    elif not (_is_number(alpha) and 0 <= alpha <= ALPHA_MAX):
-        raise ValueError(f'{where}: conditioning alpha must be a number in [0, {ALPHA_MAX:g}] (1 reaches the '
-                         f'bound, 0 disables the correction), got {alpha!r}')
-    if not (_is_number(target_kappa) and math.isfinite(target_kappa) and target_kappa > 1):
-        raise ValueError(f'{where}: target_kappa must be a finite number > 1 (the paper uses 2.0), '
-                         f'got {target_kappa!r}')
-    if not (_is_number(epsilon) and 0 < epsilon <= 1):
-        raise ValueError(f"{where}: graying epsilon must be a number in (0, 1] (kappa -> kappa^epsilon; the "
-                         f"authors' default is {GRAYING_EPSILON}), got {epsilon!r}")
-    if solver not in SOLVERS:
-        raise ValueError(f'{where}: solver must be one of {SOLVERS}, got {solver!r}')
-    if solver == 'newton_schulz' and mode != 'sigma_max':
-        raise ValueError(f"{where}: solver='newton_schulz' computes mode='sigma_max' only (floor and graying "
-                         f"need the eigenvalues themselves); use solver='auto' or 'eigh' with mode={mode!r}")
-    if not (check == 'auto' or check is True or check is False):
-        raise ValueError(f"{where}: check must be one of {CHECKS} ('auto': at once on the CPU, deferred to the "
-                         f'next call on CUDA), got {check!r}')
 
 
 def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float, target_kappa: float,

@@ -2,7 +2,7 @@
 SVD (method='svd'), one image at a time. It is the oracle the batched path is tested against, kept to round-off
 (tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the SVD)."""
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 

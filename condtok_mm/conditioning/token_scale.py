@@ -25,7 +25,8 @@ def match_token_scale(x: torch.Tensor, conditioned: torch.Tensor, control: str,
         Tensor: same shape and dtype as ``x``. An image whose X is zero gets r = 1 (X + C = X = 0).
     """
     if control not in TOKEN_SCALE_CONTROLS:
-        raise ValueError(f'token-scale control must be one of {TOKEN_SCALE_CONTROLS}, got {control!r}')
+        raise ValueError(f'match_token_scale: control={control!r} is invalid; use one of '
+                         f'{", ".join(map(repr, TOKEN_SCALE_CONTROLS))}')
     if conditioned.shape != x.shape:
         raise ValueError(f'match_token_scale: tokens {tuple(x.shape)} and conditioned tokens '
                          f'{tuple(conditioned.shape)} differ in shape')

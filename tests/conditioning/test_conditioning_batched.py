@@ -10,6 +10,7 @@ import torch
 from condtok_mm.conditioning import (BOUNDING_MODES, condition_number, condition_token_windows, condition_tokens,
                                      condition_valid_regions)
 from condtok_mm.models.token_conditioner import TokenConditioner
+from helpers.precision import low_precision_check
 from helpers.tokens import random_tokens
 
 KAPPA_TOL = 1e-4
@@ -245,7 +246,6 @@ def test_alpha_is_validated_when_set_and_read_at_forward():
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_low_precision_output_is_the_float64_result_rounded(dtype):
-    from test_conditioning import low_precision_check
     x = random_tokens(2, 3136, 96, 1e6, dtype=dtype)
     y = condition_tokens(x, solver='newton_schulz')
     error, budget, kappa, kappa_bound = low_precision_check(x, y, 'sigma_max', method='batched')

@@ -139,7 +139,7 @@ def test_unknown_target_and_bad_layout_are_explained():
     with pytest.raises(ValueError, match=r"no submodule named 'patch_embd'; its top-level submodules are "
                                          r'patch_embed, drop_after_pos, .*layers'):
         build(cfg, targets=('patch_embd', ))
-    with pytest.raises(ValueError, match='valid layouts are auto, BNC, BHWC, BCHW'):
+    with pytest.raises(ValueError, match="token_layout='NCHW' is invalid; use one of 'auto', 'BNC', 'BHWC', 'BCHW'$"):
         build(cfg, token_layout='NCHW')
     wrapper = build(cfg, token_layout='BHWC')
     with pytest.raises(ValueError, match=r"token_layout='BHWC' does not fit a tensor of shape \(1, 16, 192\)"):

@@ -105,3 +105,9 @@ def test_a_neck_conditioning_no_level_is_refused():
                                          r'levels=\(0, \) or levels=None, or set conditioning=None'):
         build(dict(type='CondTokNeck', neck=FPN, levels=()))
     assert build(dict(type='CondTokNeck', neck=FPN, levels=[-1])).levels == (-1, )
+
+
+def test_an_unknown_neck_token_layout_is_refused_naming_the_layouts():
+    with pytest.raises(ValueError, match=r"^CondTokNeck: token_layout='NCHW' is invalid; use one of 'BNC', 'BHWC', "
+                                         r"'BCHW'$"):
+        build(dict(type='CondTokNeck', neck=FPN, token_layout='NCHW'))

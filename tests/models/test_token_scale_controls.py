@@ -81,9 +81,11 @@ def test_zero_tokens_stay_zero_and_finite(control):
 
 
 def test_unknown_control_fails_at_build_time_naming_the_choices():
-    with pytest.raises(ValueError, match="control='scale' is not supported; use None .* scale_matched, norm_matched"):
+    with pytest.raises(ValueError, match="^TokenConditioner: control='scale' is invalid; use None \\(the method\\) "
+                                         "or one of 'scale_matched', 'norm_matched'$"):
         MODELS.build(dict(type='TokenConditioner', control='scale'))
-    with pytest.raises(ValueError, match='must be one of'):
+    with pytest.raises(ValueError, match="^match_token_scale: control='both' is invalid; use one of 'scale_matched', "
+                                         "'norm_matched'$"):
         match_token_scale(torch.ones(1, 2, 2), torch.ones(1, 2, 2), 'both')
 
 

@@ -75,8 +75,8 @@ class CondTokBackbone(TransparentWrapper):
         targets = check_names(targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
         check_conditioned_somewhere(conditioning, targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
         if token_layout not in TOKEN_LAYOUTS:
-            raise ValueError(f'CondTokBackbone: token_layout={token_layout!r} is not supported; valid '
-                             f'layouts are {", ".join(TOKEN_LAYOUTS)}')
+            raise ValueError(f'CondTokBackbone: token_layout={token_layout!r} is invalid; use one of '
+                             f'{", ".join(map(repr, TOKEN_LAYOUTS))}')
         self.wrapped = MODELS.build(backbone)
         modules = dict(self.wrapped.named_modules())
         missing = [t for t in targets if t not in modules or t == '']

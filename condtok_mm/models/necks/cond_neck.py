@@ -43,8 +43,8 @@ class CondTokNeck(TransparentWrapper):
                                    '(0, 2), or None for every level')
             check_conditioned_somewhere(conditioning, levels, 'levels', 'CondTokNeck', '(0, ) or levels=None')
         if token_layout not in ('BNC', 'BHWC', 'BCHW'):
-            raise ValueError(f'CondTokNeck: token_layout={token_layout!r} is not supported; valid layouts '
-                             'are BNC, BHWC, BCHW')
+            raise ValueError(f"CondTokNeck: token_layout={token_layout!r} is invalid; use one of 'BNC', 'BHWC', "
+                             "'BCHW'")
         self.wrapped = MODELS.build(neck)
         self.levels = levels
         self.token_layout = token_layout

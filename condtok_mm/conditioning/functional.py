@@ -1,0 +1,138 @@
+"""The functional API: condition a batch of token matrices, the valid region of each padded grid, or each
+attention window. Each function checks its tensors, takes the options as one :class:`.ConditioningOptions` (or as
+keyword options, which make one) and hands the work to the batched path (:mod:`.grids`) or the float64 reference
+(:mod:`.reference`)."""
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from .grids import condition_grids
+from .options import ConditioningOptions
+from .reference import reference_condition_grid, reference_token_windows, reference_valid_regions
+from .valid_sizes import valid_size_tensor
+
+ValidShapes = Union[Sequence[Tuple[int, int]], torch.Tensor]
+
+
+def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = None, **kwargs) -> torch.Tensor:
+    """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample
+    (kappa(X + C) = kappa(X)^epsilon with ``mode='graying'``).
+
+    Args:
+        x (Tensor): token matrices of shape (B, N, d) or (N, d), or token grids (B, H, W, d) (each the
+            H*W x d matrix of its tokens, row-major); any floating dtype. The correction is computed in float64
+            and the result is returned in ``x.dtype``.
+        options (ConditioningOptions, optional): the options (mode, alpha, target_kappa, detach, method, centred,
+            epsilon, solver, check, where; documented there). None: the defaults, named 'condition_tokens' in
+            errors. Default: None.
+        **kwargs: options to set on top of ``options``, e.g. ``mode='floor'``.
+
+    Returns:
+        Tensor: X + C with the shape and dtype of ``x``. A zero matrix is returned unchanged.
+
+    Raises:
+        ValueError: on NaN/Inf in ``x``, on X + C that overflows ``x.dtype`` (float16), or on invalid options.
+    """
+    options = ConditioningOptions.resolve(options, 'condition_tokens', kwargs)
+    if x.dim() not in (2, 3, 4):
+        raise ValueError(f'{options.where}: expected tokens of shape (B, N, d), (N, d) or (B, H, W, d), got '
+                         f'{tuple(x.shape)}')
+    if not x.is_floating_point():
+        raise ValueError(f'{options.where}: expected floating-point tokens, got {x.dtype}')
+    grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
+    if grid.numel() == 0:
+        return x
+    if _on_reference_path(options, grid):
+        out = reference_condition_grid(grid, **_reference_arguments(options))
+    else:
+        out = condition_grids(grid, None, None, 0, options)
+    return out.view(x.shape)
+
+
+def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, window_size: Optional[int] = None,
+                            shift_size: int = 0, options: Optional[ConditioningOptions] = None,
+                            **kwargs) -> torch.Tensor:
+    """Condition image b on the top-left ``valid_shapes[b]`` part of its token grid only; the other tokens
+    (padding) pass unchanged.
+
+    Args:
+        grid (Tensor): token grids (B, H, W, d) of a padded batch.
+        valid_shapes (Sequence[tuple[int, int]] or Tensor): per image, the (h, w) of its valid tokens:
+            non-negative integers, or an integer tensor (B, 2) (on the batched path it stays on the device and
+            sizes beyond the grid are clipped to it; a new set of sizes then recompiles nothing).
+        window_size (int, optional): condition each attention window of the valid region on its own
+            (:func:`condition_token_windows`; windows cut by the valid region keep their valid tokens, a window
+            with none passes unchanged). None: the valid region as one matrix. Default: None.
+        shift_size (int): Swin's window shift, with ``window_size``. Default: 0.
+        options, **kwargs: see :func:`condition_tokens` (errors named 'condition_valid_regions' by default).
+
+    Returns:
+        Tensor: the conditioned grids, shape and dtype of ``grid``.
+    """
+    options = ConditioningOptions.resolve(options, 'condition_valid_regions', kwargs)
+    if grid.dim() != 4:
+        raise ValueError(f'{options.where}: expected token grids (B, H, W, d), got {tuple(grid.shape)}')
+    sizes = valid_size_tensor(valid_shapes, grid.shape[0], grid.device, options.where)
+    if _on_reference_path(options, grid):
+        shapes = [tuple(size) for size in sizes.tolist()]
+        return reference_valid_regions(grid, shapes, window_size, shift_size, **_reference_arguments(options))
+    return condition_grids(grid, sizes, window_size, shift_size, options)
+
+
+def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int, shift_size: int = 0,
+                            options: Optional[ConditioningOptions] = None, **kwargs) -> torch.Tensor:
+    """Condition the token matrix of every attention window on its own: kappa <= target_kappa per window.
+
+    The windows are those of a windowed-attention block (Swin's W-MSA/SW-MSA, ViTDet's window blocks):
+    ``window_size`` x ``window_size`` tiles from the top-left corner of the (H, W) token grid, moved by
+    ``shift_size`` as Swin's shifted windows are (:func:`.windows.token_windows`). The attention pads the grid to
+    a multiple of the window size with zero tokens (after its LayerNorm); those are not part of any window's
+    matrix here: a window cut by the border is conditioned as the matrix of its real tokens only (fewer rows).
+    The batched path conditions every window of the batch in one stack (:func:`.windows.window_stack`).
+
+    Args:
+        x (Tensor): tokens of shape (B, H*W, d), row-major over the (H, W) grid.
+        hw_shape (tuple[int, int]): the grid (H, W).
+        window_size (int): side of the square attention window, >= 1.
+        shift_size (int): Swin's window shift, 0 <= shift_size < window_size. Default: 0.
+        options, **kwargs: see :func:`condition_tokens` (errors named 'condition_token_windows' by default).
+
+    Returns:
+        Tensor: the conditioned tokens, shape and dtype of ``x``.
+    """
+    options = ConditioningOptions.resolve(options, 'condition_token_windows', kwargs)
+    where = options.where
+    check_window(window_size, shift_size, where)
+    if x.dim() != 3:
+        raise ValueError(f'{where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
+    height, width = hw_shape
+    batch, num_tokens, channels = x.shape
+    if num_tokens != height * width:
+        raise ValueError(f'{where}: {num_tokens} tokens do not fill the grid hw_shape={tuple(hw_shape)} '
+                         f'({height} x {width} = {height * width})')
+    grid = x.reshape(batch, height, width, channels)
+    if _on_reference_path(options, grid):
+        return reference_token_windows(x, hw_shape, window_size, shift_size, **_reference_arguments(options))
+    return condition_grids(grid, None, window_size, shift_size, options).reshape(x.shape)
+
+
+def check_window(window_size, shift_size, where: str) -> None:
+    """Raise ValueError, in the options' wording, unless ``window_size`` >= 1 and 0 <= ``shift_size`` < it."""
+    if not (isinstance(window_size, int) and not isinstance(window_size, bool) and window_size >= 1):
+        raise ValueError(f'{where}: window_size={window_size!r} is invalid; use an integer >= 1 (the side of the '
+                         'attention window)')
+    if not (isinstance(shift_size, int) and not isinstance(shift_size, bool) and 0 <= shift_size < window_size):
+        raise ValueError(f'{where}: shift_size={shift_size!r} is invalid; use an integer in '
+                         f'[0, window_size={window_size})')
+
+
+def _on_reference_path(options: ConditioningOptions, grid: torch.Tensor) -> bool:
+    """The reference runs method='gram'/'svd', and detach=False where a gradient is wanted (through the SVD)."""
+    return options.method != 'batched' or (not options.detach and torch.is_grad_enabled() and grid.requires_grad)
+
+
+def _reference_arguments(options: ConditioningOptions) -> dict:
+    """The reference path's keyword arguments (method='batched' with a gradient through the SVD runs 'gram')."""
+    return dict(mode=options.mode, alpha=float(options.alpha), target_kappa=options.target_kappa,
+                detach=options.detach, method='gram' if options.method == 'batched' else options.method,
+                where=options.where, centred=options.centred, epsilon=options.epsilon)

@@ -1,0 +1,141 @@
+"""ConditioningOptions is the one carrier of the options: made and checked once, in one wording, and taken alike
+by the functional API and TokenConditioner (whose option attributes are the carrier's, checked again on set)."""
+import dataclasses
+import re
+
+import pytest
+import torch
+
+import condtok_mm  # noqa: F401
+from condtok_mm.conditioning import (ConditioningOptions, condition_token_windows, condition_tokens,
+                                     condition_valid_regions)
+from condtok_mm.registry import MODELS
+from helpers.tokens import random_tokens
+
+# (option, invalid value, what the message says is valid)
+INVALID = [
+    ('mode', 'max', "one of 'sigma_max', 'floor', 'graying'"),
+    ('method', 'qr', "one of 'batched', 'gram', 'svd'"),
+    ('alpha', -0.5, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', 1e30, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', '1', r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', True, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('target_kappa', 1, 'a finite number > 1 (the paper uses 2.0)'),
+    ('target_kappa', float('inf'), 'a finite number > 1 (the paper uses 2.0)'),
+    ('target_kappa', float('nan'), 'a finite number > 1 (the paper uses 2.0)'),
+    ('detach', 'yes', 'True or False'),
+    ('centred', 1, 'True or False'),
+    ('epsilon', 0, "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
+    ('epsilon', 1.5, "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
+    ('epsilon', True, "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
+    ('epsilon', '0.9', "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
+    ('solver', 'qr', "one of 'auto', 'eigh', 'newton_schulz'"),
+    ('check', 'later', "one of 'auto', True, False ('auto': at once on the CPU, deferred to the next call on CUDA)"),
+]
+IDS = [f'{name}={value!r}' for name, value, _ in INVALID]
+
+
+def message(where, name, value, valid):
+    return f'^{re.escape(where)}: {name}={re.escape(repr(value))} is invalid; use {re.escape(valid)}$'
+
+
+@pytest.mark.parametrize('name, value, valid', INVALID, ids=IDS)
+def test_every_invalid_option_is_refused_in_one_wording_wherever_it_is_given(name, value, valid):
+    x = torch.randn(2, 12, 4)
+    with pytest.raises(ValueError, match=message('condition_tokens', name, value, valid)):
+        ConditioningOptions(**{name: value})
+    with pytest.raises(ValueError, match=message('condition_tokens', name, value, valid)):
+        condition_tokens(x, **{name: value})
+    with pytest.raises(ValueError, match=message('condition_valid_regions', name, value, valid)):
+        condition_valid_regions(x.view(2, 3, 4, 4), [(3, 4), (2, 2)], **{name: value})
+    with pytest.raises(ValueError, match=message('condition_token_windows', name, value, valid)):
+        condition_token_windows(x, (3, 4), 2, **{name: value})
+    with pytest.raises(ValueError, match=message('CondViT patch embedding', name, value, valid)):
+        condition_tokens(x, options=ConditioningOptions(where='CondViT patch embedding'), **{name: value})
+    with pytest.raises(ValueError, match=message('TokenConditioner', name, value, valid)):
+        MODELS.build(dict(type='TokenConditioner', **{name: value}))
+
+
+@pytest.mark.parametrize('name, value, valid', INVALID, ids=IDS)
+def test_setting_an_invalid_option_on_a_conditioner_is_refused_and_changes_nothing(name, value, valid):
+    conditioner = MODELS.build(dict(type='TokenConditioner'))
+    conditioner.location = 'CondSwinTransformer stage 0'
+    before = conditioner.options
+    with pytest.raises(ValueError, match=message('CondSwinTransformer stage 0', name, value, valid)):
+        setattr(conditioner, name, value)
+    assert conditioner.options is before
+
+
+def test_combinations_are_checked_on_the_whole_set_also_when_one_option_changes():
+    combination = (r"^condition_tokens: solver='newton_schulz' is invalid; use 'auto' or 'eigh' with mode='floor': "
+                   r"Newton-Schulz computes mode='sigma_max' only \(floor and graying need the eigenvalues "
+                   r'themselves\)$')
+    with pytest.raises(ValueError, match=combination):
+        ConditioningOptions(mode='floor', solver='newton_schulz')
+    with pytest.raises(ValueError, match=combination):
+        ConditioningOptions(solver='newton_schulz').replace(mode='floor')
+    conditioner = MODELS.build(dict(type='TokenConditioner', solver='newton_schulz'))
+    with pytest.raises(ValueError, match=combination.replace('condition_tokens', 'TokenConditioner')):
+        conditioner.mode = 'floor'
+    assert conditioner.mode == 'sigma_max'
+
+
+def test_alpha_as_a_tensor_must_be_a_0_dim_floating_cpu_tensor():
+    strength = torch.tensor(0.5, dtype=torch.float64)
+    assert ConditioningOptions(alpha=strength).alpha is strength  # used as it is: never read
+    for bad in (torch.ones(2), torch.tensor(1)):
+        with pytest.raises(ValueError, match=r'^condition_tokens: alpha=tensor\(.*\) is invalid; use a number in '
+                                             r'\[0, 100\] or a 0-dim floating CPU tensor \(got torch\.\w+ of shape'):
+            ConditioningOptions(alpha=bad)
+
+
+def test_unknown_options_are_refused_naming_the_options():
+    names = 'mode, alpha, target_kappa, detach, method, centred, epsilon, solver, check, where'
+    with pytest.raises(TypeError, match=rf"^condition_tokens: unknown conditioning option\(s\) \['modee'\]; the "
+                                        rf'options are {names}$'):
+        condition_tokens(torch.randn(4, 2), modee='floor')
+    with pytest.raises(TypeError, match=r"^TokenConditioner: unknown conditioning option\(s\) \['kappa'\]"):
+        MODELS.build(dict(type='TokenConditioner', kappa=2.0))
+    with pytest.raises(TypeError, match=r'^condition_tokens: options must be a ConditioningOptions \(or None, with '
+                                        r"keyword options such as mode='floor'\), got str$"):
+        condition_tokens(torch.randn(4, 2), 'floor')
+
+
+def test_an_options_object_gives_what_its_keywords_give():
+    x = random_tokens(2, 60, 8, 1e3)
+    options = ConditioningOptions(mode='floor', alpha=0.5, target_kappa=3.0, centred=True)
+    assert torch.equal(condition_tokens(x, options=options),
+                       condition_tokens(x, mode='floor', alpha=0.5, target_kappa=3.0, centred=True))
+    # keywords on top of an options object override it
+    assert torch.equal(condition_tokens(x, options=options, mode='sigma_max'),
+                       condition_tokens(x, mode='sigma_max', alpha=0.5, target_kappa=3.0, centred=True))
+    grid = x.view(2, 6, 10, 8)
+    assert torch.equal(condition_valid_regions(grid, [(6, 10), (3, 7)], options=options),
+                       condition_valid_regions(grid, [(6, 10), (3, 7)], mode='floor', alpha=0.5, target_kappa=3.0,
+                                               centred=True))
+    assert torch.equal(condition_token_windows(x, (6, 10), 4, 2, options=options),
+                       condition_token_windows(x, (6, 10), 4, 2, mode='floor', alpha=0.5, target_kappa=3.0,
+                                               centred=True))
+
+
+def test_a_conditioner_holds_one_options_object_and_forwards_it():
+    cfg = dict(mode='floor', alpha=0.5, target_kappa=3, centred=True, solver='eigh')
+    conditioner = MODELS.build(dict(type='TokenConditioner', **cfg))
+    assert conditioner.options == ConditioningOptions(**cfg)  # `where` is a name, not an option of the math
+    assert (conditioner.target_kappa, type(conditioner.target_kappa)) == (3.0, float)
+    x = random_tokens(2, 60, 8, 1e3)
+    assert torch.equal(conditioner(x), condition_tokens(x, **cfg))
+    conditioner.alpha = 0.25  # what a strength schedule does between iterations
+    assert conditioner.options == ConditioningOptions(**dict(cfg, alpha=0.25))
+    assert torch.equal(conditioner(x), condition_tokens(x, **dict(cfg, alpha=0.25)))
+    for name in ConditioningOptions.names():
+        if name != 'where':
+            assert f'{name}=' in repr(conditioner) or name == 'epsilon'
+
+
+def test_options_are_frozen_and_normalised():
+    options = ConditioningOptions(alpha=1, target_kappa=2, epsilon=1)
+    assert [type(value) for value in (options.alpha, options.target_kappa, options.epsilon)] == [float] * 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.mode = 'floor'
+    assert options.replace(where='elsewhere') == options and options.replace(mode='floor') != options
