@@ -71,8 +71,8 @@ def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
 
 
 def _block_length(length: int) -> int:
-    """The largest divisor of ``length`` up to 64: the block of the band sums. Small blocks keep the one block per
-    band edge that is read again small ((d + 1) x block x channels), and the block sums still cut L by the block."""
+    """The largest divisor of ``length`` up to 64: the block of the band sums (prefix sums run inside each block and
+    then over the block sums, so that neither runs along all L positions)."""
     return max(b for b in range(1, min(length, 64) + 1) if length % b == 0)
 
 
@@ -81,10 +81,10 @@ class _Bands:
     valid tokens (a token outside the mask is in no band), as Z, the normalised band indicators.
 
     Z is never formed (an (S, L, d) float64 matrix, and two more N x d x d products): Z^T u is the difference of the
-    prefix sums of u at the band edges (:meth:`sums`: block sums, their running sum, and the part of one block per
-    edge) and Z W gives every token its band's row of W (:meth:`spread`: one index_select), O(N d) each with fast
-    reductions and copies (CPU cumsum and gather over N x d are slower than a d x d x N matmul), deterministic (no
-    atomics), the same launches for any valid sizes.
+    prefix sums of u at the band edges (:meth:`sums`: prefix sums inside blocks, their running sum over the blocks,
+    and one row gathered per edge: one read and one write of u, no buffer beyond it) and Z W gives every token its
+    band's row of W (:meth:`spread`: one index_select), O(N d) each, deterministic (no atomics), the same launches
+    for any valid sizes.
     """
 
     def __init__(self, mask: torch.Tensor, d: int):
@@ -107,15 +107,17 @@ class _Bands:
         """Z^T u (S, d bands, channels) for u (S, L, channels), zero outside the mask."""
         stack, length, channels = u.shape
         block = _block_length(length)
-        blocks = u.view(stack, length // block, block, channels)
-        before = torch.nn.functional.pad(blocks.sum(2).cumsum(1), (0, 0, 1, 0))  # sums of the blocks before k
-        index = (self.ends // block).clamp(max=length // block - 1)  # (S, d + 1): the block each edge ends in
+        num_blocks = length // block
+        within = u.view(stack, num_blocks, block, channels).cumsum(2)  # prefix sums inside each block
+        before = torch.nn.functional.pad(within[:, :, -1].cumsum(1), (0, 0, 1, 0))  # sums of the blocks before k
+        index = (self.ends // block).clamp(max=num_blocks - 1)  # (S, d + 1): the block each edge ends in
         rest = self.ends - index * block  # the positions of that block before the edge, 0..block
-        rows = (index + (length // block + 1) * torch.arange(stack, device=u.device).unsqueeze(-1)).reshape(-1)
-        cut = torch.nn.functional.pad(blocks, (0, 0, 0, 0, 0, 1)).reshape(-1, block, channels).index_select(0, rows)
-        head = (torch.arange(block, device=u.device) < rest.unsqueeze(-1)).to(u.dtype)  # (S, d + 1, block)
-        prefix = before.reshape(-1, channels).index_select(0, rows).view(stack, -1, channels) \
-            + (head.reshape(-1, 1, block) @ cut).view(stack, -1, channels)
+        offsets = torch.arange(stack, device=u.device).unsqueeze(-1)
+        rows = (index + (num_blocks + 1) * offsets).reshape(-1)
+        last = ((index + num_blocks * offsets) * block + (rest - 1).clamp(min=0)).reshape(-1)
+        head = within.reshape(-1, channels).index_select(0, last).view(stack, -1, channels) \
+            * (rest > 0).unsqueeze(-1)  # the sum of the first `rest` positions of that block
+        prefix = before.reshape(-1, channels).index_select(0, rows).view(stack, -1, channels) + head
         return (prefix[:, 1:] - prefix[:, :-1]) * self.weight.unsqueeze(-1)
 
     def spread(self, rows: torch.Tensor) -> torch.Tensor:
