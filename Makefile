@@ -37,6 +37,8 @@ demo: install
 bench: install
 	$(PY) tools/dataset/make_shapes.py --out-dir $(DEMO_DATA)
 	$(PY) tools/benchmark/overhead.py --out-dir $(BENCH_DIR)/overhead
+	$(PY) tools/benchmark/conditioner_cost.py --out-dir $(BENCH_DIR)/conditioner_cost
+	$(PY) tools/benchmark/byte_counts.py --out-dir $(BENCH_DIR)/byte_counts
 	$(PY) tools/benchmark/hook_overhead.py --size 800 1344 --batch 2 --repeats 3 --out-dir $(BENCH_DIR)/hook_overhead
 	$(PY) tools/benchmark/window_conditioning.py --out-dir $(BENCH_DIR)/window_conditioning
 	$(PY) tools/benchmark/eval_speed.py --num-images $(BENCH_EVAL_IMAGES) --out-dir $(BENCH_DIR)/eval_speed

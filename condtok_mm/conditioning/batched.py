@@ -42,7 +42,7 @@ import torch
 from .completion import _channel_candidates
 from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
 from .matrix_functions import inverse_sqrt_newton_schulz, largest_eigenvalue_bound, newton_schulz_steps
-from .modes import RANK_RTOL, _grayed
+from .modes import _grayed
 
 # rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
 TAU = 1e-5

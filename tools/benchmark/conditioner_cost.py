@@ -1,59 +1,121 @@
-"""CPU cost of TokenConditioner on Swin-T-sized tokens: the float64 reference (method='gram', one image at a time)
-against the batched path (the default), with the aten calls and host reads of one call.
+"""CPU cost of TokenConditioner on padded batches of patch-embedding-sized tokens, beside its float64 floor: the
+float64 reference (method='gram', one image at a time) and the batched path (the default) with either solver.
 
-    PYTHONPATH=$PWD python tools/benchmark/conditioner_cost.py [--repeats 5]
+    PYTHONPATH=$PWD python tools/benchmark/conditioner_cost.py [--grids 200x336x96 64x64x768] [--repeats 5]
+        [--out-dir work_dirs/conditioner_cost]
 
-Tokens: LayerNorm'd random (B=2, H*W, 96) grids, image 1 padded (its valid region 3/4 x 2/3 of the grid).
-Prints one row per grid and method: median wall time of --repeats calls, aten calls, host reads
-(aten._local_scalar_dense, nonzero, ...). The numbers are this machine's; the lead records the command.
+Tokens: LayerNorm'd random (B=2, H*W, d) grids, image 1 padded (its valid region 3/4 x 2/3 of the grid); the
+defaults are Swin-T's (200 x 336 patches of an 800 x 1344 image, d 96) and ViTDet-B's (64 x 64, d 768). The
+floor is what any float64 conditioner of this construction must do: cast X to float64, form the d x d Gram
+matrix, one N x d x d product, cast back. Each row: the minimum wall time of --repeats calls taken in interleaved
+turns (every method once per turn, so that load on the machine reaches them alike), its ratio to the floor, the
+aten calls and host reads of one call (tools/benchmark/op_counts.py) and its passes over the tokens
+(tools/benchmark/byte_counts.py: bytes of N x d-sized tensors read and written, in float32 passes over X).
+Prints the table, writes conditioner_cost.json and conditioner_cost.png; the numbers are this machine's.
 """
 import argparse
+import json
+import os
+import os.path as osp
 import platform
-import statistics
+import sys
 import time
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+import matplotlib
 
-from condtok_mm.models.token_conditioner import TokenConditioner
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
-HOST_READS = {'_local_scalar_dense', 'nonzero', 'masked_select', 'unique', '_unique2', 'item', 'equal', 'is_nonzero'}
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the sibling measuring scripts
+sys.path.insert(1, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
+from byte_counts import count_bytes, padded_tokens  # noqa: E402
+from op_counts import count_ops  # noqa: E402
+
+from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
+
+METHODS = (('float64 floor', None), ('reference (gram)', dict(method='gram')),
+           ('batched, eigh', dict(solver='eigh')), ('batched, newton_schulz', dict(solver='newton_schulz')))
 
 
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = self.reads = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        self.reads += func.overloadpacket.__name__ in HOST_READS
-        return func(*args, **(kwargs or {}))
+def float64_floor(tokens: torch.Tensor) -> torch.Tensor:
+    """Cast, Gram matrix, one product per image, cast back: what a float64 conditioner cannot avoid."""
+    x = tokens.double()
+    return (x @ (x.transpose(-1, -2) @ x)).to(tokens.dtype)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--repeats', type=int, default=5)
-    args = parser.parse_args()
-    print(f'{platform.processor() or platform.machine()}, torch {torch.__version__}, '
-          f'{torch.get_num_threads()} threads')
-    print(f'{"grid":>9} {"method":>22} {"ms":>9} {"aten calls":>11} {"host reads":>11}')
-    for height, width in ((50, 84), (200, 336)):
-        tokens = torch.nn.functional.layer_norm(torch.randn(2, height * width, 96), (96, ))
-        sizes = [(height, width), (height * 3 // 4, width * 2 // 3)]
-        for label, options in (('reference (gram)', dict(method='gram')), ('batched, eigh', dict(solver='eigh')),
-                               ('batched, newton_schulz', dict(solver='newton_schulz'))):
+def _grid(text: str):
+    height, width, channels = (int(v) for v in text.lower().split('x'))
+    return height, width, channels
+
+
+def measure(height: int, width: int, channels: int, repeats: int, methods):
+    tokens, sizes = padded_tokens(height, width, channels)
+    calls = {}
+    for label, options in methods:
+        if options is None:
+            calls[label] = lambda: float64_floor(tokens)
+        else:
             conditioner = TokenConditioner(**options)
-            conditioner(tokens, hw_shape=(height, width), valid_shapes=sizes)
-            times = []
-            for _ in range(args.repeats):
+            calls[label] = (lambda c: lambda: c(tokens, hw_shape=(height, width), valid_shapes=sizes))(conditioner)
+    times = {label: [] for label in calls}
+    with torch.no_grad():
+        for call in calls.values():  # warm-up
+            call()
+        for _ in tqdm(range(repeats), desc=f'{height}x{width}x{channels}', file=sys.stderr, leave=False):
+            for label, call in calls.items():
                 start = time.perf_counter()
-                conditioner(tokens, hw_shape=(height, width), valid_shapes=sizes)
-                times.append(time.perf_counter() - start)
-            with Count() as count:
-                conditioner(tokens, hw_shape=(height, width), valid_shapes=sizes)
-            print(f'{height:>4}x{width:<4} {label:>22} {1e3 * statistics.median(times):9.1f} {count.calls:11d} '
-                  f'{count.reads:11d}')
+                call()
+                times[label].append(time.perf_counter() - start)
+    floor = min(times['float64 floor'])
+    rows = []
+    for label, call in calls.items():
+        ops = count_ops(call, 'cpu')
+        rows.append(dict(grid=[height, width], channels=channels, batch=2, method=label,
+                         ms=1e3 * min(times[label]), times_ms=[1e3 * t for t in times[label]],
+                         floor_ratio=min(times[label]) / floor, aten_ops=ops['aten_ops'],
+                         host_reads=ops['host_reads'], passes=count_bytes(call, tokens.numel())['passes']))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--grids', nargs='+', type=_grid, default=[(200, 336, 96), (64, 64, 768)], metavar='HxWxD',
+                        help='token grids and channels (default: Swin-T 200x336x96 and ViTDet-B 64x64x768)')
+    parser.add_argument('--repeats', type=int, default=5, help='timed calls per method (default: 5)')
+    parser.add_argument('--skip-reference', action='store_true', help='leave out the one-image-at-a-time reference')
+    parser.add_argument('--out-dir', default='work_dirs/conditioner_cost')
+    args = parser.parse_args(argv)
+    methods = [m for m in METHODS if not (args.skip_reference and m[0] == 'reference (gram)')]
+    machine = f'{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads'
+    print(machine)
+    rows = [row for grid in args.grids for row in measure(*grid, args.repeats, methods)]
+    print(f'{"grid":>12} {"method":>22} {"ms":>9} {"x floor":>8} {"aten calls":>11} {"host reads":>11} {"passes":>7}')
+    for row in rows:
+        grid = f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]}'
+        print(f'{grid:>12} {row["method"]:>22} {row["ms"]:9.1f} {row["floor_ratio"]:8.2f} {row["aten_ops"]:11d} '
+              f'{row["host_reads"]:11d} {row["passes"]:7.1f}')
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(osp.join(args.out_dir, 'conditioner_cost.json'), 'w') as f:
+        json.dump(dict(command='python tools/benchmark/conditioner_cost.py ' + ' '.join(argv or sys.argv[1:]),
+                       machine=machine, rows=rows), f, indent=1)
+    grids = sorted({(r['grid'][0], r['grid'][1], r['channels']) for r in rows}, key=lambda g: g[0] * g[1] * g[2])
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(methods)
+    for i, (label, _) in enumerate(methods):
+        values = [next(r['floor_ratio'] for r in rows if r['method'] == label
+                       and (r['grid'][0], r['grid'][1], r['channels']) == g) for g in grids]
+        axis.bar([k + i * width for k in range(len(grids))], values, width, label=label)
+    axis.set_xticks([k + width * (len(methods) - 1) / 2 for k in range(len(grids))],
+                    [f'{h}x{w}, d {d}' for h, w, d in grids])
+    axis.set_ylabel('time / float64 floor')
+    axis.set_yscale('log')
+    axis.legend(fontsize=8)
+    axis.set_title('TokenConditioner on the CPU, B = 2 padded', fontsize=9)
+    figure.tight_layout()
+    figure.savefig(osp.join(args.out_dir, 'conditioner_cost.png'), dpi=120)
+    print(f'wrote conditioner_cost.json and conditioner_cost.png in {args.out_dir}')
 
 
 if __name__ == '__main__':

@@ -1,0 +1,71 @@
+"""The byte counter of tools/benchmark/byte_counts.py: exact counts of single ops, and the conditioner's passes over
+its tokens held where they are (a full copy of the tokens put back adds at least 2 and turns the test red)."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers.repo import REPO_ROOT, load_script
+
+byte_counts = load_script('benchmark', 'byte_counts.py')
+
+X = torch.randn(64, 32)  # float32: one pass is 64 * 32 * 4 bytes
+
+
+@pytest.mark.parametrize('fn, passes', [
+    (lambda x: x.clone(), 2),                           # read 1, write 1
+    (lambda x: x.double(), 3),                          # read 4 bytes, write 8 per element
+    (lambda x: x.double().float(), 6),
+    (lambda x: x.view(32, 64).t().expand(2, 64, 32), 0),  # views move nothing
+    (lambda x: x.reshape(2, 32, 32), 0),
+    (lambda x: x.t().reshape(-1), 2),                   # a copy (then an unmarked view of it)
+    (lambda x: x.clone().add_(x), 2 + 3),               # in place: reads both, writes one
+    (lambda x: torch.empty_like(x).copy_(x), 2),        # copy_ does not read what it overwrites
+    (lambda x: x + 1, 2),
+    (lambda x: torch.zeros_like(x).add_(x), 1 + 3),     # zeros_like writes, reads nothing
+    (lambda x: torch.where(x > 0, x, 0.0), 1.25 + 2.25),  # gt writes a bool mask (a quarter pass), where reads it
+    (lambda x: x.T @ x[:, :16], 1.5),                   # reads x and half of it; the 32 x 16 result is too small
+    (lambda x: x.sum(0), 1),                            # the 32-element result is below the size
+], ids=['clone', 'double', 'round-trip', 'views', 'reshape-view', 'reshape-copy', 'add_', 'copy_', 'add',
+        'zeros_like', 'where', 'gram', 'sum'])
+def test_single_ops_move_what_they_read_and_write(fn, passes):
+    assert byte_counts.count_bytes(lambda: fn(X), X.numel())['passes'] == passes
+
+
+# The batched conditioner's passes over its tokens today, at sizes with N well above d (a d = 64 grid would have
+# grown with d^2 x block before the band sums became prefix sums). The goal is 4: one read of X for the Gram
+# matrix, one read and one write for X + C. A full copy of the tokens put back costs at least 2 more.
+PASSES_TODAY = 37
+
+
+@pytest.mark.parametrize('solver', ['eigh', 'newton_schulz'])
+@pytest.mark.parametrize('grid', [(24, 40, 16), (32, 48, 64)], ids=['24x40x16', '32x48x64'])
+def test_the_conditioner_moves_its_tokens_no_more_often_than_today(grid, solver):
+    counts = byte_counts.conditioner_passes(*grid, solver)
+    assert counts['passes'] <= PASSES_TODAY + 0.5, counts['passes_by_op']
+
+
+@pytest.mark.slow
+def test_conditioner_cost_reports_every_method_beside_the_floor(tmp_path):
+    result = subprocess.run(
+        [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'conditioner_cost.py'), '--grids', '12x20x16',
+         '--repeats', '2', '--out-dir', str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.load(open(tmp_path / 'conditioner_cost.json'))
+    assert [row['method'] for row in report['rows']] == ['float64 floor', 'reference (gram)', 'batched, eigh',
+                                                         'batched, newton_schulz']
+    floor = report['rows'][0]
+    # cast 3, the Gram product reads X twice 4, X times it 4, the cast back 3
+    assert floor['floor_ratio'] == 1 and floor['passes'] == 3 + 4 + 4 + 3
+    for row in report['rows']:
+        assert row['grid'] == [12, 20] and row['channels'] == 16 and len(row['times_ms']) == 2
+        assert row['ms'] == min(row['times_ms']) and row['floor_ratio'] == pytest.approx(row['ms'] / floor['ms'])
+    batched = report['rows'][2]
+    assert batched['passes'] == byte_counts.conditioner_passes(12, 20, 16, 'eigh')['passes']
+    assert (tmp_path / 'conditioner_cost.png').stat().st_size > 0
+    assert '12x20x16          batched, eigh' in result.stdout
