@@ -13,8 +13,9 @@ n >= d and orthonormal rows when n < d),
     X + C = X + alpha (u~ (I + M) - u),   M = h(G~),
 
 with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT_FULL
-rho^2; on the Newton-Schulz path SHIFT rho^2 where n < d, whose lift falls short on directions below rho: kappa up to
-t (1 + 4e-4) measured there; eigh sets h = 0 on the d - n structural zeros instead):
+rho^2; on the Newton-Schulz path SHIFT rho^2 where n < d, whose lift falls short on directions below rho, so kappa
+there can exceed t by a relative amount of order SHIFT; eigh sets h = 0 on the d - n
+structural zeros instead):
 sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
 upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
 u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
@@ -56,8 +57,8 @@ SHIFT, SHIFT_FULL = 1e-4, 1e-10
 # than from the eigenvalues (one more L x d x d product: cheap there, and where n is close to d the smallest
 # eigenvalue of G~, about rho^2 / n^2, is below eigh's resolution eps s_1^2 relative to it); taller stacks have
 # eigenvalues of at least about rho^2, resolved to eps / TAU^2 = 2e-6, and skip the product. The choice follows the
-# padded length, so an image alone and in a padded batch can differ by that resolution (6e-10 relative measured,
-# below float32's): the price of keeping the product off large images.
+# padded length, so an image alone and in a padded batch can differ by that resolution (far below float32's): the
+# price of keeping the product off large images.
 ACCURATE_ROWS = 4
 # Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
 _NEWTON_SCHULZ_STEPS = newton_schulz_steps(SHIFT_FULL * TAU**2)
@@ -237,8 +238,8 @@ def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver,
     'eigh' shifts by SHIFT_FULL rho^2 and sets h = 0 on the eigenvalues marked ``structural`` (S, k), in ascending
     order (see the module). ``project(V)``, where given, is u~ V for G~ = u~^T u~ (or u~^T V on the other side): the
     singular values are then the norms of its columns, accurate to eps s_1 where s = sqrt(lambda) is only accurate
-    to eps s_1^2 / s (the small singular values of a square, rank-deficient window: kappa 2.0014 measured from
-    sqrt(lambda) on an AVX2 CPU)."""
+    to eps s_1^2 / s (on a square, rank-deficient window, kappa from sqrt(lambda) misses the bound in its third
+    digit)."""
     if solver == 'newton_schulz':
         upper = largest_eigenvalue_bound(gram)
         c = upper.sqrt() / (target_kappa - 1)
