@@ -134,8 +134,9 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype). ``solver`` is 'eigh' or 'newton_schulz' (see the
     module). The caller puts the tokens outside the mask back."""
     stack, length_tokens, d = x.shape
-    valid = mask.unsqueeze(-1)
-    masked = x.to(torch.float64, copy=True).masked_fill_(~valid, 0)
+    # X in float64 and zero outside the mask in one kernel: a zero of more than 0 dims takes part in the type
+    # promotion (a 0-dim one would leave the result in x's dtype), so the read of x is the only one
+    masked = torch.where(mask.unsqueeze(-1), x, torch.zeros((1, 1, 1), dtype=torch.float64, device=x.device))
     u, scale = masked, None
     if x.dtype == torch.float64:  # squares of float32/16 values cannot overflow or underflow in float64
         scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))
@@ -180,8 +181,8 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
     if scale is not None:
         band_rows = band_rows * scale[:, None, None]
-    conditioned = masked @ (eye + alpha * m_matrix)  # alpha = 0: X I + 0 Z, exactly X
-    conditioned += bands.spread(band_rows)
+    # the band term as the product's addend: one write of X + C (alpha = 0: 0 + X I, exactly X)
+    conditioned = torch.baddbmm(bands.spread(band_rows), masked, eye + alpha * m_matrix)
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
