@@ -134,9 +134,9 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype). ``solver`` is 'eigh' or 'newton_schulz' (see the
     module). The caller puts the tokens outside the mask back."""
     stack, length_tokens, d = x.shape
-    # X in float64 and zero outside the mask in one kernel: a zero of more than 0 dims takes part in the type
-    # promotion (a 0-dim one would leave the result in x's dtype), so the read of x is the only one
-    masked = torch.where(mask.unsqueeze(-1), x, torch.zeros((1, 1, 1), dtype=torch.float64, device=x.device))
+    # a cast and an in-place fill, not one promoting where: that moves fewer bytes (3 passes over X instead of 7) but
+    # runs at half their speed on the CPU
+    masked = x.to(torch.float64, copy=True).masked_fill_(~mask.unsqueeze(-1), 0)
     u, scale = masked, None
     if x.dtype == torch.float64:  # squares of float32/16 values cannot overflow or underflow in float64
         scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))

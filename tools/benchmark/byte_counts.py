@@ -9,8 +9,9 @@ the bytes of its tensor arguments (read) and of its results (written) that hold 
 the tokens (``tokens_numel``, e.g. B x N x d): the N x d-sized traffic that a memory-bound kernel pays for; d x d
 matrices and per-image vectors are left out. A view (a result that aliases an argument without writing it:
 ``view``, ``transpose``, ``expand``, ``_unsafe_view``, ...) moves nothing; an in-place op reads its arguments and writes the one it
-changes; ``copy_``, ``fill_`` and ``zero_`` do not read what they overwrite, ``zeros_like`` and its kin read nothing and
-``empty_like`` moves nothing. ``passes`` is the sum divided by
+changes; ``copy_``, ``fill_`` and ``zero_`` do not read what they overwrite, ``zeros_like`` and its kin read nothing,
+``empty_like`` moves nothing, and a gather (``index_select``, ``gather``) reads the rows it returns, not its whole
+source. ``passes`` is the sum divided by
 4 * tokens_numel, one float32 pass over X: a cast of float32 X to float64 is 3 (4 bytes read, 8 written), a
 float32 clone 2. It counts what the ops ask for, not what a fused or cached kernel moves, so it is the same on
 every device.
@@ -39,6 +40,8 @@ OVERWRITES = {aten.copy_, aten.fill_, aten.zero_}
 SHAPE_ONLY = {aten.zeros_like, aten.ones_like, aten.full_like, aten.empty_like, aten.new_empty, aten.new_zeros,
               aten.new_ones, aten.new_full, aten.new_empty_strided}
 UNINITIALISED = {aten.empty_like, aten.new_empty, aten.new_empty_strided}
+# Gathers read only the rows they return (plus their index), not the whole source.
+GATHERS = {aten.index_select, aten.gather}
 # Views whose schema does not say so (reshape's view of a tensor it has just copied, counted at the copy).
 UNMARKED_VIEWS = {aten._unsafe_view, aten.alias}
 
@@ -77,9 +80,15 @@ class ByteCounter(TorchDispatchMode):
             return out  # a view: nothing moves
         mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         named = dict(zip((a.name for a in schema.arguments), args), **kwargs)
-        read = 0 if func.overloadpacket in SHAPE_ONLY else sum(_nbytes(t) for name, value in named.items()
-                   if not (func.overloadpacket in OVERWRITES and name in mutated)
-                   for t in _tensors(value) if t.numel() >= self.min_elements)
+        if func.overloadpacket in SHAPE_ONLY:
+            read = 0
+        elif func.overloadpacket in GATHERS:
+            read = sum(_nbytes(t) for t in _tensors(out) if t.numel() >= self.min_elements) + sum(
+                _nbytes(t) for t in _tensors(named.get('index')) if t.numel() >= self.min_elements)
+        else:
+            read = sum(_nbytes(t) for name, value in named.items()
+                       if not (func.overloadpacket in OVERWRITES and name in mutated)
+                       for t in _tensors(value) if t.numel() >= self.min_elements)
         if mutated:  # in place (or out=): it writes the arguments it changes, returns aliases of them
             written = sum(_nbytes(t) for name in mutated for t in _tensors(named.get(name))
                           if t.numel() >= self.min_elements)
