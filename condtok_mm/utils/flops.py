@@ -6,6 +6,7 @@ conditioner (the Gram matrix X^T X, the correction X M, the null-space completio
 mmengine counts already. For the decompositions the operation counts of Golub and Van Loan, Matrix
 Computations (4th ed.), are used, halved to multiply-adds:
 
+- ``baddbmm`` (a batched product with an addend; mmengine has no handle for it): b n k m for (b, n, k) x (b, k, m);
 - symmetric eigendecomposition of an n x n matrix, eigenvalues and eigenvectors (tridiagonalization and the
   symmetric QR algorithm, Sec. 8.3): 9 n^3 flops, so 4.5 n^3 multiply-adds;
 - thin SVD of an m x n matrix (m >= n) with U1, S and V (Sec. 8.6, Table 8.6.1): the cheaper of
@@ -36,7 +37,14 @@ def svd_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
     return int(math.prod(batch) * min(14 * m * n**2 + 8 * n**3, 6 * m * n**2 + 20 * n**3) / 2)
 
 
+def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """Multiply-adds of ``torch.baddbmm(input, batch1, batch2)``: those of batch1 @ batch2."""
+    *batch, n, k = get_shape(inputs[1])
+    return int(math.prod(batch) * n * k * get_shape(inputs[2])[-1])
+
+
 DECOMPOSITION_HANDLES = {'aten::linalg_eigh': eigh_flop_jit, 'aten::linalg_svd': svd_flop_jit}
+PRODUCT_HANDLES = {'aten::baddbmm': baddbmm_flop_jit}
 
 
 def count_flops(model: torch.nn.Module, inputs: tuple) -> Dict[str, Any]:
@@ -48,7 +56,7 @@ def count_flops(model: torch.nn.Module, inputs: tuple) -> Dict[str, Any]:
         totals of the top-level submodules (backbone, neck, heads).
     """
     analyzer = FlopAnalyzer(model, inputs)
-    analyzer.set_op_handle(**DECOMPOSITION_HANDLES)
+    analyzer.set_op_handle(**DECOMPOSITION_HANDLES, **PRODUCT_HANDLES)
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     by_module = analyzer.by_module()
