@@ -1,5 +1,6 @@
-"""The byte counter of tools/benchmark/byte_counts.py: exact counts of single ops, and the conditioner's passes over
-its tokens held where they are (a full copy of the tokens put back adds at least 2 and turns the test red)."""
+"""The byte counter and the peak-memory counter of tools/benchmark/byte_counts.py: exact counts of single ops, and the
+conditioner's passes over its tokens and its peak extra memory held where they are (a full copy of the tokens put
+back turns the tests red)."""
 import json
 import os
 import os.path as osp
@@ -49,6 +50,28 @@ PASSES_TODAY = 33
 def test_the_conditioner_moves_its_tokens_no_more_often_than_today(grid, solver):
     counts = byte_counts.conditioner_passes(*grid, solver)
     assert counts['passes'] <= PASSES_TODAY + 0.5, counts['passes_by_op']
+
+
+@pytest.mark.parametrize('fn, peak', [
+    (lambda x: x.clone(), 1),
+    (lambda x: x.double(), 2),
+    (lambda x: (x.double() + 1).float(), 4),  # the float64 copy and its sum live together, then the cast
+    (lambda x: x.view(-1), 0),  # a view allocates nothing
+    (lambda x: x.clone().add_(1), 1),  # in place: no new storage
+    (lambda x: [x.clone() for _ in range(3)], 3),
+    (lambda x: [x.clone().sum() for _ in range(3)], 1 + 3 * 4 / X.nbytes),  # each clone freed, its sum kept
+], ids=['clone', 'double', 'chain', 'view', 'in-place', 'kept', 'freed'])
+def test_peak_extra_memory_of_single_ops(fn, peak):
+    assert byte_counts.peak_extra_bytes(lambda: fn(X)) / X.nbytes == pytest.approx(peak)
+
+
+# Today's peak extra memory of the conditioner, in units of X in float32 (the goal: 1 plus O(d^2) per image).
+PEAK_TODAY = {(24, 40, 16): 6.45, (32, 48, 64): 6.8}
+
+
+@pytest.mark.parametrize('grid', [(24, 40, 16), (32, 48, 64)], ids=['24x40x16', '32x48x64'])
+def test_the_conditioner_holds_no_more_memory_than_today(grid):
+    assert byte_counts.conditioner_passes(*grid, 'eigh')['peak_extra'] <= PEAK_TODAY[grid]
 
 
 @pytest.mark.slow

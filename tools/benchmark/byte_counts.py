@@ -16,8 +16,13 @@ source. ``passes`` is the sum divided by
 float32 clone 2. It counts what the ops ask for, not what a fused or cached kernel moves, so it is the same on
 every device.
 
+``peak_extra_bytes(fn)`` is the most bytes one call holds at once in storages its ops allocate (from the op that
+makes a storage until the last tensor object on it is gone; the result it returns included): on the CPU, where
+torch keeps no allocator statistics, the extra memory a call needs.
+
 The script counts TokenConditioner on LayerNorm'd padded batches (B = 2, image 1 valid on 3/4 x 2/3 of the grid),
-prints each grid's passes and the ops that move most, and writes byte_counts.json next to the table.
+prints each grid's passes, its peak extra memory in units of X in float32, and the ops that move most, and writes
+byte_counts.json next to the table.
 """
 import argparse
 import collections
@@ -25,6 +30,7 @@ import json
 import os
 import os.path as osp
 import sys
+import weakref
 from typing import Any, Callable, Dict
 
 import torch
@@ -101,6 +107,48 @@ class ByteCounter(TorchDispatchMode):
         return out
 
 
+class LiveBytes(TorchDispatchMode):
+    """The peak of the bytes held by storages that the ops dispatched inside it allocate: a storage counts from the
+    op that makes it until the last tensor object on it (its views included) is gone. What the caller passed in
+    and what it keeps are not new; the result a call returns is, until the caller drops it."""
+
+    def __init__(self):
+        super().__init__()
+        self.holders = {}  # storage address -> [tensor objects on it, bytes]
+        self.live = self.peak = 0
+
+    def _release(self, key):
+        entry = self.holders[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= entry[1]
+            del self.holders[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        given = {t.untyped_storage().data_ptr() for t in _tensors([args, kwargs])}
+        for tensor in _tensors(out):
+            key = tensor.untyped_storage().data_ptr()
+            if key == 0 or (key in given and key not in self.holders):
+                continue  # empty, or on a storage from outside (a view of an argument, an in-place result)
+            entry = self.holders.get(key)
+            if entry is None:
+                entry = self.holders[key] = [0, tensor.untyped_storage().nbytes()]
+                self.live += entry[1]
+                self.peak = max(self.peak, self.live)
+            entry[0] += 1
+            weakref.finalize(tensor, self._release, key)
+        return out
+
+
+def peak_extra_bytes(fn: Callable[[], Any]) -> int:
+    """The most bytes that one call of ``fn`` holds at once in storages it allocates (:class:`LiveBytes`)."""
+    with torch.no_grad(), LiveBytes() as counter:
+        fn()
+    return counter.peak
+
+
 def count_bytes(fn: Callable[[], Any], tokens_numel: int) -> Dict[str, Any]:
     """Bytes read and written by one call of ``fn`` on tensors of at least ``tokens_numel / 2`` elements, and
     ``passes``: their sum in units of one float32 pass over ``tokens_numel`` elements (see the module)."""
@@ -121,10 +169,15 @@ def padded_tokens(height: int, width: int, channels: int, seed: int = 0):
 
 
 def conditioner_passes(height: int, width: int, channels: int, solver: str) -> Dict[str, Any]:
-    """count_bytes of one TokenConditioner(solver=...) call on a padded batch of that grid."""
+    """count_bytes of one TokenConditioner(solver=...) call on a padded batch of that grid, and ``peak_extra``: the
+    most bytes it holds at once in storages it allocates, in units of X in float32 (tokens.nbytes)."""
     tokens, sizes = padded_tokens(height, width, channels)
     conditioner = TokenConditioner(solver=solver)
-    return count_bytes(lambda: conditioner(tokens, hw_shape=(height, width), valid_shapes=sizes), tokens.numel())
+
+    def call():
+        return conditioner(tokens, hw_shape=(height, width), valid_shapes=sizes)
+
+    return dict(count_bytes(call, tokens.numel()), peak_extra=peak_extra_bytes(call) / tokens.nbytes)
 
 
 def _grid(text: str):
@@ -147,11 +200,11 @@ def main(argv=None):
     for (height, width, channels), solver in tqdm(cases, desc='byte counts', file=sys.stderr):
         counts = conditioner_passes(height, width, channels, solver)
         rows.append(dict(grid=[height, width], channels=channels, batch=2, solver=solver, **counts))
-    print(f'{"grid":>12} {"solver":>14} {"passes":>7}  largest movers (passes)')
+    print(f'{"grid":>12} {"solver":>14} {"passes":>7} {"peak (x X)":>10}  largest movers (passes)')
     for row in rows:
         movers = ', '.join(f'{name} {value:.1f}' for name, value in list(row['passes_by_op'].items())[:args.top])
         grid = f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]}'
-        print(f'{grid:>12} {row["solver"]:>14} {row["passes"]:7.1f}  {movers}')
+        print(f'{grid:>12} {row["solver"]:>14} {row["passes"]:7.1f} {row["peak_extra"]:10.2f}  {movers}')
     os.makedirs(args.out_dir, exist_ok=True)
     path = osp.join(args.out_dir, 'byte_counts.json')
     with open(path, 'w') as f:

@@ -10,7 +10,8 @@ floor is what any float64 conditioner of this construction must do: cast X to fl
 matrix, one N x d x d product, cast back. Each row: the minimum wall time of --repeats calls taken in interleaved
 turns (every method once per turn, so that load on the machine reaches them alike), its ratio to the floor, the
 aten calls and host reads of one call (tools/benchmark/op_counts.py) and its passes over the tokens
-(tools/benchmark/byte_counts.py: bytes of N x d-sized tensors read and written, in float32 passes over X).
+(tools/benchmark/byte_counts.py: bytes of N x d-sized tensors read and written, in float32 passes over X) and its
+peak extra memory in units of X in float32 (byte_counts.peak_extra_bytes: the storages it allocates, result included).
 Prints the table, writes conditioner_cost.json and conditioner_cost.png; the numbers are this machine's.
 """
 import argparse
@@ -30,7 +31,7 @@ from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the sibling measuring scripts
 sys.path.insert(1, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
-from byte_counts import count_bytes, padded_tokens  # noqa: E402
+from byte_counts import count_bytes, padded_tokens, peak_extra_bytes  # noqa: E402
 from op_counts import count_ops  # noqa: E402
 
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
@@ -75,7 +76,8 @@ def measure(height: int, width: int, channels: int, repeats: int, methods):
         rows.append(dict(grid=[height, width], channels=channels, batch=2, method=label,
                          ms=1e3 * min(times[label]), times_ms=[1e3 * t for t in times[label]],
                          floor_ratio=min(times[label]) / floor, aten_ops=ops['aten_ops'],
-                         host_reads=ops['host_reads'], passes=count_bytes(call, tokens.numel())['passes']))
+                         host_reads=ops['host_reads'], passes=count_bytes(call, tokens.numel())['passes'],
+                         peak_extra=peak_extra_bytes(call) / tokens.nbytes))
     return rows
 
 
@@ -91,11 +93,12 @@ def main(argv=None):
     machine = f'{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads'
     print(machine)
     rows = [row for grid in args.grids for row in measure(*grid, args.repeats, methods)]
-    print(f'{"grid":>12} {"method":>22} {"ms":>9} {"x floor":>8} {"aten calls":>11} {"host reads":>11} {"passes":>7}')
+    print(f'{"grid":>12} {"method":>22} {"ms":>9} {"x floor":>8} {"aten calls":>11} {"host reads":>11} {"passes":>7} '
+          f'{"peak (x X)":>10}')
     for row in rows:
         grid = f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]}'
         print(f'{grid:>12} {row["method"]:>22} {row["ms"]:9.1f} {row["floor_ratio"]:8.2f} {row["aten_ops"]:11d} '
-              f'{row["host_reads"]:11d} {row["passes"]:7.1f}')
+              f'{row["host_reads"]:11d} {row["passes"]:7.1f} {row["peak_extra"]:10.2f}')
     os.makedirs(args.out_dir, exist_ok=True)
     with open(osp.join(args.out_dir, 'conditioner_cost.json'), 'w') as f:
         json.dump(dict(command='python tools/benchmark/conditioner_cost.py ' + ' '.join(argv or sys.argv[1:]),
