@@ -36,7 +36,10 @@ from typing import Any, Callable, Dict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the sibling measuring scripts
+sys.path.insert(1, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # run from a checkout
+from op_counts import _tensors  # noqa: E402
+
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 
 aten = torch.ops.aten
@@ -50,17 +53,6 @@ UNINITIALISED = {aten.empty_like, aten.new_empty, aten.new_empty_strided}
 GATHERS = {aten.index_select, aten.gather}
 # Views whose schema does not say so (reshape's view of a tensor it has just copied, counted at the copy).
 UNMARKED_VIEWS = {aten._unsafe_view, aten.alias}
-
-
-def _tensors(tree):
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, (list, tuple)):
-        for item in tree:
-            yield from _tensors(item)
-    elif isinstance(tree, dict):
-        for item in tree.values():
-            yield from _tensors(item)
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

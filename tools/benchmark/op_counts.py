@@ -91,10 +91,14 @@ def _decomposition_flops(packet, args, out) -> float:
 
 
 def _tensors(tree):
+    """The tensors in ``tree``, a tensor or lists, tuples and dicts of them."""
     if isinstance(tree, torch.Tensor):
         yield tree
     elif isinstance(tree, (list, tuple)):
         for item in tree:
+            yield from _tensors(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
             yield from _tensors(item)
 
 
