@@ -144,6 +144,23 @@ def test_method_config_differs_from_its_baseline_twin_only_in_the_method(path):
     assert ours['model.data_preprocessor.type'] == 'ValidRegionDetDataPreprocessor'
 
 
+# Token Graying's DCT form beside its SVD form: the same config but for the conditioner's mode.
+DCT_GRAYING_CONFIGS = [p for p in CONFIGS if '-graying-dct_' in osp.basename(p)]
+
+
+def test_every_svd_graying_config_has_a_dct_twin():
+    assert sorted(p.replace('-graying_', '-graying-dct_') for p in METHOD_CONFIGS if '-graying_' in p) == \
+        sorted(DCT_GRAYING_CONFIGS)
+
+
+@pytest.mark.parametrize('path', DCT_GRAYING_CONFIGS, ids=rel)
+def test_dct_graying_config_differs_from_its_svd_twin_only_in_the_mode(path):
+    twin = flatten(Config.fromfile(path.replace('-graying-dct_', '-graying_')).to_dict())
+    ours = flatten(Config.fromfile(path).to_dict())
+    changed = {k for k in ours.keys() | twin.keys() if ours.get(k, object()) != twin.get(k, object())}
+    assert {k: ours[k] for k in changed} == {'model.backbone.conditioning.mode': 'graying_dct'}
+
+
 @pytest.mark.parametrize('path', sorted(CONDITIONING_VARIANTS))
 def test_conditioning_variant_differs_from_its_conditioned_config_only_in_the_keys_it_names(path):
     reference, expected = CONDITIONING_VARIANTS[path]
@@ -207,7 +224,7 @@ def test_config_builds_its_runner_and_scales_the_lr_from_its_base_batch_size(pat
     # data is not read: nothing is downloaded and COCO need not be here
     runner = Runner.from_cfg(cfg)
     conditioners = [m for m in runner.model.backbone.modules() if isinstance(m, TokenConditioner)]
-    assert bool(conditioners) == ('condtok' in osp.basename(path) or '-graying_' in osp.basename(path))
+    assert bool(conditioners) == ('condtok' in osp.basename(path) or '-graying' in osp.basename(path))
     assert isinstance(runner.model.backbone, SpectralAttentionBackbone) == ('-spectral_' in osp.basename(path))
     optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
     config_lrs = [group['lr'] for group in optim_wrapper.param_groups]

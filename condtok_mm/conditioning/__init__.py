@@ -24,6 +24,10 @@ Both give kappa(X + C) <= t for alpha = 1; alpha scales C (alpha = 0 is the iden
     (s_i / s_1)^eps. The map has infinite slope at 0, so it would amplify round-off (e.g. 1e-8 -> 4e-3 at
     eps = 0.3) into directions X does not have; a rank-deficient X therefore stays rank-deficient (graying
     lifts nothing from zero and needs no null-space completion), and the zero matrix stays zero.
+``mode='graying_dct'`` (Token Graying's DCT form, :mod:`.dct_graying`):  X + C = Phi diag(g_k / n_k) Phi^T X
+    The same map with the token grid's orthonormal 2-D DCT-II basis Phi in place of U and the norms n_k of the
+    frequency rows of Phi^T X in place of S (g_k = (n_k / n_max)^eps): exactly the SVD form where X's left singular
+    vectors are DCT vectors, and no eigendecomposition. It needs the grid, so it conditions whole images only.
 
 Rank-deficient X is the common case (a LayerNorm'd patch embedding has X 1 = 0; Swin-T's 4 x 4 x 3 -> 96 patch
 embedding has rank <= 49), and then the guarantee needs U and V *completed* over the null directions: a zero

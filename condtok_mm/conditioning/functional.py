@@ -16,7 +16,7 @@ ValidShapes = Union[Sequence[Tuple[int, int]], torch.Tensor]
 
 def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = None, **kwargs) -> torch.Tensor:
     """Return X + C for a batch of token matrices, so that kappa(X + C) <= target_kappa per sample
-    (kappa(X + C) = kappa(X)^epsilon with ``mode='graying'``).
+    (kappa(X + C) = kappa(X)^epsilon with ``mode='graying'``; ``mode='graying_dct'`` takes grids only).
 
     Args:
         x (Tensor): token matrices of shape (B, N, d) or (N, d), or token grids (B, H, W, d) (each the
@@ -39,6 +39,9 @@ def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = N
                          f'{tuple(x.shape)}')
     if not x.is_floating_point():
         raise ValueError(f'{options.where}: expected floating-point tokens, got {x.dtype}')
+    if options.mode == 'graying_dct' and x.dim() != 4:
+        raise ValueError(f"{options.where}: mode='graying_dct' needs the token grid (its DCT runs along the grid's "
+                         f'rows and columns): pass token grids (B, H, W, d), not {tuple(x.shape)}')
     grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
     if grid.numel() == 0:
         return x

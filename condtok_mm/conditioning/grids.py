@@ -5,8 +5,9 @@ from typing import Optional
 import torch
 
 from .autograd import _ConstantCorrection
-from .batched import condition_masked, finish, resolve_solver
+from .batched import _status, condition_masked, finish, resolve_solver
 from .centred import _from_channel_mean_complement, channel_mean_complement
+from .dct_graying import dct_bases, dct_graying
 from .diagnostics import report_status
 from .options import ConditioningOptions
 from .windows import window_stack
@@ -24,6 +25,10 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
     """The batched path for token grids (B, H, W, d): valid region ``sizes`` (B, 2) (None: all valid), per
     attention window when ``window_size`` is given. C is a constant in backward."""
     batch, height, width, channels = grid.shape
+    if options.mode == 'graying_dct' and window_size is not None:
+        raise ValueError(f"{options.where}: window_size={window_size!r} is invalid with mode='graying_dct' (the DCT "
+                         "form transforms each image's whole token grid); use scope='image', or mode='graying' per "
+                         'window')
     mode, alpha, target_kappa, epsilon = options.mode, options.alpha, options.target_kappa, options.epsilon
     with torch.no_grad():
         tokens = grid.detach()
@@ -37,17 +42,45 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
             out = tokens.clone()
         else:
             inner = channel_mean_complement(tokens.double()) if options.centred else tokens
-            if window_size is None:
-                stack, stack_mask = inner.reshape(batch, height * width, -1), mask.reshape(batch, -1)
-                unstack = lambda t: t.view(batch, height, width, -1)  # noqa: E731
+            if mode == 'graying_dct':
+                conditioned, status = _condition_dct(inner, mask, sizes, alpha, epsilon, grid.dtype)
             else:
-                stack, stack_mask, unstack = window_stack(inner, mask, window_size, shift_size)
-            conditioned, status = condition_masked(stack, stack_mask, mode, alpha, target_kappa, epsilon,
-                                                   resolve_solver(options.solver, mode, grid.device))
-            conditioned = unstack(conditioned)
-            status = status.view(batch, -1).amax(-1)
+                conditioned, status = _condition_stacks(inner, mask, window_size, shift_size, options)
             if options.centred:
                 conditioned = tokens.double() + _from_channel_mean_complement(conditioned - inner)
             out = finish(tokens, conditioned, mask)
     report_status(status, tokens, options.check, options.where)
     return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out
+
+
+def _condition_stacks(inner: torch.Tensor, mask: torch.Tensor, window_size: Optional[int], shift_size: int,
+                      options: ConditioningOptions):
+    """The grids ``inner`` (B, H, W, d) conditioned as one token matrix per valid region, or per attention window
+    of it, through :func:`.batched.condition_masked`, and the status of each image."""
+    batch, height, width, _ = inner.shape
+    if window_size is None:
+        stack, stack_mask = inner.reshape(batch, height * width, -1), mask.reshape(batch, -1)
+        unstack = lambda t: t.view(batch, height, width, -1)  # noqa: E731
+    else:
+        stack, stack_mask, unstack = window_stack(inner, mask, window_size, shift_size)
+    conditioned, status = condition_masked(stack, stack_mask, options.mode, options.alpha, options.target_kappa,
+                                           options.epsilon, resolve_solver(options.solver, options.mode, inner.device))
+    return unstack(conditioned), status.view(batch, -1).amax(-1)
+
+
+def _condition_dct(inner: torch.Tensor, mask: torch.Tensor, sizes: Optional[torch.Tensor], alpha, epsilon: float,
+                   dtype: torch.dtype):
+    """Token Graying's DCT form (:mod:`.dct_graying`) of the grids ``inner`` (B, H, W, d) on their valid regions, and
+    the status of each image. ``dtype``, the tokens' dtype, decides what overflows and the working precision (float64
+    for float64 tokens, float32 otherwise: the transforms are orthogonal)."""
+    batch, height, width, channels = inner.shape
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    x = inner.to(work, copy=True).masked_fill_(~mask.unsqueeze(-1), 0)
+    finite = torch.isfinite(x).flatten(1).all(-1)
+    x = torch.where(finite[:, None, None, None], x, torch.zeros((), dtype=work, device=x.device))
+    if sizes is None:
+        sizes = torch.tensor([[height, width]], device=x.device).expand(batch, 2)
+    bases_h = dct_bases(sizes[:, 0].clamp(max=height), height, work)
+    bases_w = dct_bases(sizes[:, 1].clamp(max=width), width, work)
+    conditioned = dct_graying(x, bases_h, bases_w, alpha, epsilon)
+    return conditioned, _status(conditioned.view(batch, -1, channels), finite, dtype)

@@ -4,9 +4,11 @@ from typing import Tuple
 
 import torch
 
-# Modes that bound kappa(X + C) <= target_kappa; 'graying' raises small singular values without a bound.
+# Modes that bound kappa(X + C) <= target_kappa; 'graying' raises small singular values without a bound, and
+# 'graying_dct' does so on the token grid's DCT frequencies instead of the singular vectors (:mod:`.dct_graying`).
 BOUNDING_MODES = ('sigma_max', 'floor')
-CONDITIONING_MODES = BOUNDING_MODES + ('graying', )
+GRAYING_MODES = ('graying', 'graying_dct')
+CONDITIONING_MODES = BOUNDING_MODES + GRAYING_MODES
 # 'batched': one masked program for the whole padded batch (the default, :mod:`.batched`); 'gram' and 'svd': the
 # float64 reference (:mod:`.reference`), one image at a time, kept as the tests' oracle.
 CONDITIONING_METHODS = ('batched', 'gram', 'svd')

@@ -28,7 +28,9 @@ class ConditioningOptions:
     Args:
         mode (str): 'sigma_max' (C = s_1/(t-1) U V^T, the paper's construction), 'floor' (lift only the singular
             values below s_1/t to s_1/t) or 'graying' (X + C = U (S/s_1)^epsilon V^T, Token Graying, arXiv
-            2505.01996; no bound, target_kappa unused). Default: 'sigma_max'.
+            2505.01996; no bound, target_kappa unused) or 'graying_dct' (Token Graying's DCT form: the same map with
+            the token grid's 2-D DCT-II frequencies for U and their norms for S, :mod:`.dct_graying`; token grids
+            (B, H, W, d) and whole images only, method='batched', detach=True). Default: 'sigma_max'.
         alpha (float or Tensor): scale of the correction, in [0, ALPHA_MAX = 100]; 1 reaches the bound, 0 is the
             identity. A 0-dim floating CPU tensor is used as it is, unread (a schedule that updates it in place
             changes the strength of a compiled or captured program without recompiling). Default: 1.0.
@@ -43,8 +45,8 @@ class ConditioningOptions:
         centred (bool): condition X on the complement of the all-ones channel vector only, which is what the
             next LayerNorm lets through: kappa(X Q + C Q) <= target_kappa and C 1 = 0. Default: False (the
             paper's construction).
-        epsilon (float): Token Graying's exponent, 0 < epsilon <= 1 ('graying' only; smaller is stronger, 1 only
-            rescales s_1 to 1). Default: 0.95 (the authors' default).
+        epsilon (float): Token Graying's exponent, 0 < epsilon <= 1 ('graying' and 'graying_dct' only; smaller is
+            stronger, 1 only rescales s_1 to 1). Default: 0.95 (the authors' default).
         solver (str): the batched path's spectral solver: 'eigh', 'newton_schulz' ('sigma_max' only; matmuls, no
             host sync) or 'auto' (Newton-Schulz for 'sigma_max' on CUDA, eigh otherwise). Default: 'auto'.
         check (bool or str): when non-finite tokens (in, or out of float16's range) raise on the batched path:
@@ -96,6 +98,11 @@ class ConditioningOptions:
         if self.solver == 'newton_schulz' and self.mode != 'sigma_max':
             self._refuse('solver', f"'auto' or 'eigh' with mode={self.mode!r}: Newton-Schulz computes "
                          "mode='sigma_max' only (floor and graying need the eigenvalues themselves)")
+        if self.mode == 'graying_dct' and self.method != 'batched':
+            self._refuse('method', "'batched' with mode='graying_dct' (the DCT form has no SVD to refer to; its "
+                         'float64 oracle is scipy.fft.dctn in the tests)')
+        if self.mode == 'graying_dct' and not self.detach:
+            self._refuse('detach', "True with mode='graying_dct' (its correction is a constant in backward)")
         if not (self.check == 'auto' or self.check is True or self.check is False):
             self._refuse('check', f"{_one_of(CHECKS)} ('auto': at once on the CPU, deferred to the next call on "
                          'CUDA)')

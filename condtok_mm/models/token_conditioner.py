@@ -7,6 +7,7 @@ from mmengine.model import BaseModule
 from condtok_mm.conditioning import (ConditioningOptions, TOKEN_SCALE_CONTROLS, condition_token_windows,
                                      condition_tokens, condition_valid_regions, match_token_scale)
 from condtok_mm.conditioning.functional import check_window
+from condtok_mm.conditioning.modes import GRAYING_MODES
 from condtok_mm.conditioning.valid_sizes import valid_size_tensor
 from condtok_mm.registry import MODELS
 
@@ -51,10 +52,10 @@ class TokenConditioner(BaseModule):
             target_kappa at X's scale). None: X + C, the method itself. Default: None.
         init_cfg (dict, optional): unused (no parameters); kept for the BaseModule interface.
         **options: the conditioning options, as in :class:`condtok_mm.conditioning.ConditioningOptions`, which
-            documents and checks them: ``mode`` ('sigma_max', 'floor', 'graying'), ``alpha`` (the strength,
-            1.0), ``target_kappa`` (2.0), ``detach`` (True: C is a constant in backward; the paper is silent,
-            we default to the cheaper, always well-defined choice), ``method`` ('batched'), ``centred``,
-            ``epsilon`` (graying), ``solver`` ('auto') and ``check`` ('auto'). Each is also an attribute: a
+            documents and checks them: ``mode`` ('sigma_max', 'floor', 'graying', 'graying_dct'), ``alpha`` (the
+            strength, 1.0), ``target_kappa`` (2.0), ``detach`` (True: C is a constant in backward; the paper is
+            silent, we default to the cheaper, always well-defined choice), ``method`` ('batched'), ``centred``,
+            ``epsilon`` (the graying modes), ``solver`` ('auto') and ``check`` ('auto'). Each is also an attribute: a
             schedule may set ``conditioner.alpha`` between iterations (checked on set; on the batched path a new
             value recompiles nothing), and setting any option checks the whole set again.
     """
@@ -84,6 +85,9 @@ class TokenConditioner(BaseModule):
                              "with scope='image' (it conditions the whole image); use them with scope='window'")
         if scope == 'window':
             check_window(window_size, shift_size, where)
+            if self.options.mode == 'graying_dct':
+                raise ValueError(f"{where}: scope='window' is invalid with mode='graying_dct' (the DCT form transforms "
+                                 "each image's whole token grid); use scope='image', or mode='graying' per window")
         self.scope = scope
         self.window_size = window_size
         self.shift_size = shift_size
@@ -155,6 +159,9 @@ class TokenConditioner(BaseModule):
             if self.scope == 'window':
                 raise ValueError(f"{self.location}: scope='window' needs the token grid: call "
                                  'conditioner(tokens, hw_shape=(H, W))')
+            if self.mode == 'graying_dct':
+                raise ValueError(f"{self.location}: mode='graying_dct' needs the token grid: call "
+                                 'conditioner(tokens, hw_shape=(H, W))')
             if valid_shapes is not None:
                 raise ValueError(f'{self.location}: valid_shapes needs the token grid: call '
                                  'conditioner(tokens, hw_shape=(H, W), valid_shapes=...)')
@@ -182,7 +189,7 @@ class TokenConditioner(BaseModule):
 
     def extra_repr(self) -> str:
         options = [f'{name}={getattr(self.options, name)!r}' for name in ConditioningOptions.names()
-                   if name != 'where' and (name != 'epsilon' or self.mode == 'graying')]
+                   if name != 'where' and (name != 'epsilon' or self.mode in GRAYING_MODES)]
         window = [f'window_size={self.window_size}', f'shift_size={self.shift_size}'] if self.scope == 'window' else []
         return ', '.join(options + [f'scope={self.scope!r}'] + window
                          + [f'position={self.position!r}', f'control={self.control!r}'])

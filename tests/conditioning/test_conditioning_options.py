@@ -14,7 +14,7 @@ from helpers.tokens import random_tokens
 
 # (option, invalid value, what the message says is valid)
 INVALID = [
-    ('mode', 'max', "one of 'sigma_max', 'floor', 'graying'"),
+    ('mode', 'max', "one of 'sigma_max', 'floor', 'graying', 'graying_dct'"),
     ('method', 'qr', "one of 'batched', 'gram', 'svd'"),
     ('alpha', -0.5, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('alpha', 1e30, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),

@@ -40,7 +40,8 @@ class RefuseHostReads(TorchDispatchMode):
 
 
 @pytest.mark.parametrize('options', [dict(), dict(solver='newton_schulz'), dict(scope='window', window_size=7),
-                                     dict(centred=True), dict(control='norm_matched'), dict(mode='floor')])
+                                     dict(centred=True), dict(control='norm_matched'), dict(mode='floor'),
+                                     dict(mode='graying_dct')])
 @pytest.mark.slow
 def test_op_count_does_not_grow_with_the_batch(options):
     conditioner = TokenConditioner(**options)
@@ -66,12 +67,13 @@ def test_op_count_with_valid_shapes_as_a_list_is_the_same_for_every_batch():
 
 
 @pytest.mark.parametrize('options', [dict(), dict(scope='window', window_size=7, shift_size=3),
-                                     dict(centred=True, control='scale_matched')])
+                                     dict(centred=True, control='scale_matched'), dict(mode='graying_dct')])
 @pytest.mark.slow
 def test_the_gpu_path_runs_without_host_reads(options):
-    # the default GPU path: Newton-Schulz; check='auto' on CUDA copies the status without a read (deferred), which
-    # check=False stands in for on the CPU
-    conditioner = TokenConditioner(solver='newton_schulz', check=False, **options)
+    # the default GPU path: Newton-Schulz (sigma_max); check='auto' on CUDA copies the status without a read
+    # (deferred), which check=False stands in for on the CPU
+    options = dict(dict(solver='newton_schulz') if options.get('mode') is None else {}, **options)
+    conditioner = TokenConditioner(check=False, **options)
     tokens, sizes = padded_batch(3)
     with RefuseHostReads():
         out = conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)
@@ -86,12 +88,12 @@ def test_host_read_guard_catches_the_cpu_check():
             TokenConditioner(solver='newton_schulz')(tokens, hw_shape=(24, 40), valid_shapes=sizes)
 
 
-@pytest.mark.parametrize('solver', ['eigh', 'newton_schulz'])
+@pytest.mark.parametrize('options', [dict(solver='eigh'), dict(solver='newton_schulz'), dict(mode='graying_dct')])
 @pytest.mark.slow
-def test_compiles_whole_and_other_valid_sizes_do_not_recompile(solver):
+def test_compiles_whole_and_other_valid_sizes_do_not_recompile(options):
     import torch._dynamo
     torch._dynamo.reset()
-    conditioner = TokenConditioner(solver=solver, check=False)
+    conditioner = TokenConditioner(check=False, **options)
     tokens, sizes = padded_batch(2)
     explanation = torch._dynamo.explain(conditioner)(tokens, hw_shape=(24, 40), valid_shapes=sizes)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1, explanation.break_reasons
