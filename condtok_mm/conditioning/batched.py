@@ -37,6 +37,7 @@ eigh, X + C = X V diag((1 - alpha) + alpha g(s) / s) V^T.
 """
 
 import math
+from typing import Optional
 
 import torch
 
@@ -101,6 +102,7 @@ class _Bands:
         # positions whose count is <= each edge: the first e valid tokens lie in the first `ends` positions
         self.ends = torch.searchsorted(count.contiguous(), edges.contiguous(), right=True)  # (S, d + 1)
         band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # (S, L); d: no band
+        self.band = band
         stack = mask.shape[0]
         self.rows = (band + (d + 1) * torch.arange(stack, device=mask.device).unsqueeze(-1)).reshape(-1)
 
@@ -157,33 +159,43 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         conditioned = masked @ ((1 - alpha) * eye + alpha * grayed)
         return conditioned, _status(conditioned, finite, x.dtype)
     bands = _Bands(mask, d)
-    live = bands.live
     zu = torch.where(finite[:, None, None], bands.sums(u), zero)  # Z^T u (S, bands, channels)
-    dct = _channel_candidates(d, d, x.device)  # F: column j is the j-th DCT-II vector
-    rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
-    cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
-    live_dct = dct * live.unsqueeze(-2)
-    gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
-                + (rho**2)[:, None, None] * (live_dct @ dct.T))
-    valid_count = mask.sum(-1)
-    delta = torch.where(valid_count < d, SHIFT, SHIFT_FULL) * rho**2
-    # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
-    # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
-    structural = torch.arange(d, device=x.device) < (d - valid_count).unsqueeze(-1)
-    project = None
-    if length_tokens <= ACCURATE_ROWS * d:  # a static choice: the same program for any valid sizes
-        finite_u = torch.where(finite[:, None, None], u, zero)
-
-        def project(v):  # u~ V = u V + rho Z (F^T V)
-            return finite_u @ v + rho[:, None, None] * bands.spread(dct.T @ v)
-    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver, project)
-    # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M), in X's units (u = X / scale)
-    band_rows = (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
+    # a static choice: the same program for any valid sizes
+    accurate = torch.where(finite[:, None, None], u, zero) if length_tokens <= ACCURATE_ROWS * d else None
+    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), mode, alpha, target_kappa, solver,
+                                               accurate)
     if scale is not None:
         band_rows = band_rows * scale[:, None, None]
     # the band term as the product's addend: one write of X + C (alpha = 0: 0 + X I, exactly X)
     conditioned = torch.baddbmm(bands.spread(band_rows), masked, eye + alpha * m_matrix)
     return conditioned, _status(conditioned, finite, x.dtype)
+
+
+def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, valid_count: torch.Tensor, mode: str,
+                         alpha, target_kappa: float, solver: str, accurate: Optional[torch.Tensor] = None):
+    """M = h(G~) (S, d, d) and the band rows alpha rho F^T (I + M) (S, d bands, d) from G = u^T u and Z^T u (zero
+    where X is not finite), so that X + C = X (I + alpha M) + Z (band rows) in u's units (see the module).
+    ``accurate``: u itself, for stacks short enough to take their singular values from u~ V (ACCURATE_ROWS)."""
+    d = gram.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64, device=gram.device)
+    dct = _channel_candidates(d, d, gram.device)  # F: column j is the j-th DCT-II vector
+    rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
+    cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
+    live_dct = dct * bands.live.unsqueeze(-2)
+    gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
+                + (rho**2)[:, None, None] * (live_dct @ dct.T))
+    delta = torch.where(valid_count < d, SHIFT, SHIFT_FULL) * rho**2
+    # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
+    # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
+    structural = torch.arange(d, device=gram.device) < (d - valid_count).unsqueeze(-1)
+    project = None
+    if accurate is not None:
+
+        def project(v):  # u~ V = u V + rho Z (F^T V)
+            return accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)
+    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver, project)
+    # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M)
+    return m_matrix, (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
 
 
 def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver):

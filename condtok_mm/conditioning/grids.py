@@ -5,10 +5,12 @@ from typing import Optional
 import torch
 
 from .autograd import _ConstantCorrection
-from .batched import _status, condition_masked, finish, resolve_solver
+from .batched import ACCURATE_ROWS, _status, condition_masked, finish, resolve_solver
 from .centred import _from_channel_mean_complement, channel_mean_complement
 from .dct_graying import dct_bases, dct_graying
 from .diagnostics import report_status
+from .modes import BOUNDING_MODES
+from .two_pass import condition_two_pass
 from .options import ConditioningOptions
 from .windows import window_stack
 
@@ -40,6 +42,11 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
             _, status = condition_masked(tokens.reshape(batch, -1, channels), mask.reshape(batch, -1), mode, 0.0,
                                          target_kappa, epsilon, 'eigh')
             out = tokens.clone()
+        elif _two_pass_applies(tokens, window_size, options):
+            out, status = condition_two_pass(tokens.reshape(batch, height * width, channels), mask.reshape(batch, -1),
+                                             mode, alpha, target_kappa,
+                                             resolve_solver(options.solver, mode, grid.device))
+            out = out.view(grid.shape)
         else:
             inner = channel_mean_complement(tokens.double()) if options.centred else tokens
             if mode == 'graying_dct':
@@ -51,6 +58,14 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
             out = finish(tokens, conditioned, mask)
     report_status(status, tokens, options.check, options.where)
     return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out
+
+
+def _two_pass_applies(tokens: torch.Tensor, window_size: Optional[int], options: ConditioningOptions) -> bool:
+    """Whole images of float32/16 tokens, taller than ACCURATE_ROWS x d, in a bounding mode, not centred: the
+    two-pass path (:mod:`.two_pass`); a static choice, the same for any valid sizes."""
+    _, height, width, channels = tokens.shape
+    return (window_size is None and not options.centred and options.mode in BOUNDING_MODES
+            and tokens.dtype != torch.float64 and height * width > ACCURATE_ROWS * channels)
 
 
 def _condition_stacks(inner: torch.Tensor, mask: torch.Tensor, window_size: Optional[int], shift_size: int,

@@ -33,23 +33,26 @@ X = torch.randn(64, 32)  # float32: one pass is 64 * 32 * 4 bytes
     (lambda x: x.sum(0), 1),                            # the 32-element result is below the size
     (lambda x: x.index_select(0, torch.arange(0, 64, 4)), 0),     # a quarter of x: below the size
     (lambda x: x.index_select(0, torch.arange(64).repeat(2)), 2 + 2),  # reads the 128 rows it returns, writes them
+    (lambda x: [x[i:i + 8].double() for i in range(0, 64, 8)], 1),  # chunks read through views; copies chunk-sized
 ], ids=['clone', 'double', 'round-trip', 'views', 'reshape-view', 'reshape-copy', 'add_', 'copy_', 'add',
-        'zeros_like', 'where', 'gram', 'sum', 'gather-small', 'gather'])
+        'zeros_like', 'where', 'gram', 'sum', 'gather-small', 'gather', 'chunks'])
 def test_single_ops_move_what_they_read_and_write(fn, passes):
     assert byte_counts.count_bytes(lambda: fn(X), X.numel())['passes'] == passes
 
 
-# The batched conditioner's passes over its tokens today, at sizes with N well above d (a d = 64 grid would have
-# grown with d^2 x block before the band sums became prefix sums). The goal is 4: one read of X for the Gram
-# matrix, one read and one write for X + C. A full copy of the tokens put back costs at least 2 more.
-PASSES_TODAY = 33
+# The conditioner's passes over its tokens, at grids of several chunks (tall enough that a chunk's float64 copy is
+# below half the tokens' size, as at Swin-T's and ViTDet-B's first stage): one read of X for the Gram matrix and the
+# band sums, one read and one write for X + C. The goal is 4; a full copy of the tokens put back costs at least 2.
+CHUNKED_GRIDS = [(256, 384, 16), (96, 192, 64)]
+PASSES_GOAL = 4
 
 
 @pytest.mark.parametrize('solver', ['eigh', 'newton_schulz'])
-@pytest.mark.parametrize('grid', [(24, 40, 16), (32, 48, 64)], ids=['24x40x16', '32x48x64'])
-def test_the_conditioner_moves_its_tokens_no_more_often_than_today(grid, solver):
+@pytest.mark.parametrize('grid', CHUNKED_GRIDS, ids=['256x384x16', '96x192x64'])
+def test_the_conditioner_reads_its_tokens_twice_and_writes_them_once(grid, solver):
     counts = byte_counts.conditioner_passes(*grid, solver)
-    assert counts['passes'] <= PASSES_TODAY + 0.5, counts['passes_by_op']
+    assert counts['passes'] <= PASSES_GOAL, counts['passes_by_op']
+    assert counts['passes_by_op'] == {'_to_copy': 2.0, 'copy_': 1.0}
 
 
 @pytest.mark.parametrize('fn, peak', [
@@ -65,11 +68,13 @@ def test_peak_extra_memory_of_single_ops(fn, peak):
     assert byte_counts.peak_extra_bytes(lambda: fn(X)) / X.nbytes == pytest.approx(peak)
 
 
-# Today's peak extra memory of the conditioner, in units of X in float32 (the goal: 1 plus O(d^2) per image).
-PEAK_TODAY = {(24, 40, 16): 6.45, (32, 48, 64): 6.8}
+# Today's peak extra memory of the conditioner, in units of X in float32: the result (1), a chunk's float64
+# temporaries and a few d x d float64 matrices per image, which at these small grids weigh 1.1-1.2 X (the goal: 1
+# plus O(d^2) per image). A full copy of the tokens put back adds at least 1.
+PEAK_TODAY = {(256, 384, 16): 2.2, (96, 192, 64): 2.3}
 
 
-@pytest.mark.parametrize('grid', [(24, 40, 16), (32, 48, 64)], ids=['24x40x16', '32x48x64'])
+@pytest.mark.parametrize('grid', CHUNKED_GRIDS, ids=['256x384x16', '96x192x64'])
 def test_the_conditioner_holds_no_more_memory_than_today(grid):
     assert byte_counts.conditioner_passes(*grid, 'eigh')['peak_extra'] <= PEAK_TODAY[grid]
 
@@ -83,7 +88,8 @@ def test_conditioner_cost_reports_every_method_beside_the_floor(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.load(open(tmp_path / 'conditioner_cost.json'))
     assert [row['method'] for row in report['rows']] == ['float64 floor', 'reference (gram)', 'batched, eigh',
-                                                         'batched, newton_schulz']
+                                                         'batched, newton_schulz', 'graying, SVD form',
+                                                         'graying, DCT form']
     floor = report['rows'][0]
     # cast 3, the Gram product reads X twice 4, X times it 4, the cast back 3
     assert floor['floor_ratio'] == 1 and floor['passes'] == 3 + 4 + 4 + 3

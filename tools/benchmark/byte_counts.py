@@ -5,9 +5,10 @@ tensors of the tokens' size, in passes of one float32 read of X.
         [--top 12] [--out-dir work_dirs/byte_counts]
 
 ``count_bytes(fn, tokens_numel)`` calls ``fn()`` once under a ``TorchDispatchMode`` and sums, for every aten op,
-the bytes of its tensor arguments (read) and of its results (written) that hold at least half as many elements as
-the tokens (``tokens_numel``, e.g. B x N x d): the N x d-sized traffic that a memory-bound kernel pays for; d x d
-matrices and per-image vectors are left out. A view (a result that aliases an argument without writing it:
+the bytes of its tensor arguments (read) and of its results (written) that lie on storages of at least half as many
+elements as the tokens (``tokens_numel``, e.g. B x N x d): the N x d-sized traffic that a memory-bound kernel pays
+for, a chunk of X read or written through a view included; d x d matrices, per-image vectors and chunk-sized
+temporaries (which stay in cache) are left out. A view (a result that aliases an argument without writing it:
 ``view``, ``transpose``, ``expand``, ``_unsafe_view``, ...) moves nothing; an in-place op reads its arguments and writes the one it
 changes; ``copy_``, ``fill_`` and ``zero_`` do not read what they overwrite, ``zeros_like`` and its kin read nothing,
 ``empty_like`` moves nothing, and a gather (``index_select``, ``gather``) reads the rows it returns, not its whole
@@ -68,6 +69,10 @@ class ByteCounter(TorchDispatchMode):
         self.read = self.written = 0
         self.by_op = collections.Counter()
 
+    def _large(self, tensor: torch.Tensor) -> bool:
+        """On a storage of at least ``min_elements``: the tokens' size, or a slice of it (a chunk of X)."""
+        return tensor.untyped_storage().nbytes() >= self.min_elements * tensor.element_size()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -81,17 +86,17 @@ class ByteCounter(TorchDispatchMode):
         if func.overloadpacket in SHAPE_ONLY:
             read = 0
         elif func.overloadpacket in GATHERS:
-            read = sum(_nbytes(t) for t in _tensors(out) if t.numel() >= self.min_elements) + sum(
-                _nbytes(t) for t in _tensors(named.get('index')) if t.numel() >= self.min_elements)
+            read = sum(_nbytes(t) for t in _tensors(out) if self._large(t)) + sum(
+                _nbytes(t) for t in _tensors(named.get('index')) if self._large(t))
         else:
             read = sum(_nbytes(t) for name, value in named.items()
                        if not (func.overloadpacket in OVERWRITES and name in mutated)
-                       for t in _tensors(value) if t.numel() >= self.min_elements)
+                       for t in _tensors(value) if self._large(t))
         if mutated:  # in place (or out=): it writes the arguments it changes, returns aliases of them
             written = sum(_nbytes(t) for name in mutated for t in _tensors(named.get(name))
-                          if t.numel() >= self.min_elements)
+                          if self._large(t))
         else:
-            written = sum(_nbytes(t) for t in _tensors(out) if t.numel() >= self.min_elements)
+            written = sum(_nbytes(t) for t in _tensors(out) if self._large(t))
         self.read += read
         self.written += written
         if read or written:

@@ -1,5 +1,6 @@
 """CPU cost of TokenConditioner on padded batches of patch-embedding-sized tokens, beside its float64 floor: the
-float64 reference (method='gram', one image at a time) and the batched path (the default) with either solver.
+float64 reference (method='gram', one image at a time), the batched path (the default) with either solver, and
+Token Graying in its SVD form (mode='graying') and its DCT form (mode='graying_dct') beside them.
 
     PYTHONPATH=$PWD python tools/benchmark/conditioner_cost.py [--grids 200x336x96 64x64x768] [--repeats 5]
         [--out-dir work_dirs/conditioner_cost]
@@ -37,7 +38,8 @@ from op_counts import count_ops  # noqa: E402
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 
 METHODS = (('float64 floor', None), ('reference (gram)', dict(method='gram')),
-           ('batched, eigh', dict(solver='eigh')), ('batched, newton_schulz', dict(solver='newton_schulz')))
+           ('batched, eigh', dict(solver='eigh')), ('batched, newton_schulz', dict(solver='newton_schulz')),
+           ('graying, SVD form', dict(mode='graying')), ('graying, DCT form', dict(mode='graying_dct')))
 
 
 def float64_floor(tokens: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,74 @@
+"""Whole images of float32/16 tokens in two passes over X, with no float64 copy of it.
+
+The correction is :func:`.batched.condition_masked`'s (the same G~, M = h(G~) and band term; see :mod:`.batched`),
+laid out around its bytes for stacks of more than ACCURATE_ROWS x d token rows:
+
+1. one read of X, in chunks of rows: each chunk cast to float64 and masked in cache, accumulated into
+   G = u^T u and the band sums Z^T u (Z's rows for the chunk as one-hot indicators: a product, deterministic);
+2. the d x d spectral function: I + alpha M and the band rows alpha rho F^T (I + M);
+3. one read of X and one write of the result, in chunks: X (I + alpha M) plus each token's band row, the tokens
+   outside the mask as they were, cast back to X's dtype, and the largest magnitude kept for the overflow check.
+
+Three passes over X in float32 units (tools/benchmark/byte_counts.py), where the one-program path makes 33; the
+extra memory is the result plus a chunk and a few d x d float64 matrices per image.
+
+Squares of float32/16 values cannot overflow or underflow in float64, so no scale is taken (float64 tokens keep
+the one-program path). The chunks run along the token axis for the whole stack at once: the number of launches
+grows with the padded length, not with the batch, and is the same for any valid sizes.
+"""
+import torch
+
+from .batched import _Bands, regularised_function
+from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
+
+# Rows per chunk times channels, per token matrix. On the CPU 1 MiB of float64, so that a chunk's float64 copies stay
+# in cache; on CUDA 32 MiB, because there each chunk's dozen kernel launches cost more than its bytes (Swin-T's
+# first stage, 67,200 x 96 tokens, is then two chunks).
+CHUNK_ELEMENTS = {'cpu': 2**17, 'cuda': 2**22}
+
+
+def chunk_rows(length: int, channels: int, device: torch.device) -> int:
+    """The rows of one chunk of a stack of ``length`` token rows of ``channels`` on ``device``."""
+    elements = CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS['cuda'])
+    return max(1, min(length, elements // channels))
+
+
+def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, target_kappa: float, solver: str):
+    """X + C in x's dtype for the stack ``x`` (S, L, d) of float32/16 tokens (L >= d), x itself outside ``mask``
+    (S, L), and the status (S,) of each matrix (FINE, BAD_INPUT where X has NaN/Inf, BAD_OUTPUT where X + C
+    overflows x's dtype). ``mode`` is 'sigma_max' or 'floor', ``solver`` 'eigh' or 'newton_schulz'."""
+    stack, length, d = x.shape
+    rows = chunk_rows(length, d, x.device)
+    spans = [(start, min(start + rows, length)) for start in range(0, length, rows)]
+    bands = _Bands(mask, d)
+    outside = ~mask.unsqueeze(-1)
+    gram = torch.zeros(stack, d, d, dtype=torch.float64, device=x.device)
+    band_sums = torch.zeros(stack, d + 1, d, dtype=torch.float64, device=x.device)  # row d: no band
+    for start, end in spans:
+        chunk = x[:, start:end].to(torch.float64).masked_fill_(outside[:, start:end], 0)
+        gram.baddbmm_(chunk.transpose(1, 2), chunk)
+        indicator = chunk.new_zeros(stack, end - start, d + 1).scatter_(2, bands.band[:, start:end, None], 1.0)
+        band_sums.baddbmm_(indicator.transpose(1, 2), chunk)
+    finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    gram = torch.where(finite[:, None, None], gram, zero)
+    zu = torch.where(finite[:, None, None], band_sums[:, :d] * bands.weight.unsqueeze(-1), zero)
+    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), mode, alpha, target_kappa, solver)
+    transform = torch.eye(d, dtype=torch.float64, device=x.device) + alpha * m_matrix
+    # each token's band row, Z's weight included; row d of each matrix (no band) is zero
+    table = torch.nn.functional.pad(band_rows * bands.weight.unsqueeze(-1), (0, 0, 0, 1)).reshape(-1, d)
+    token_rows = bands.rows.view(stack, length)
+    out = torch.empty_like(x)
+    largest = torch.zeros(stack, dtype=torch.float64, device=x.device)
+    for start, end in spans:
+        tokens = x[:, start:end].to(torch.float64)  # the one read of X in this pass
+        chunk_outside = outside[:, start:end]
+        conditioned = table.index_select(0, token_rows[:, start:end].reshape(-1)).view(stack, end - start, d)
+        # X (I + alpha M) + the band rows (alpha = 0: 0 + X I, exactly X), zero outside the mask
+        conditioned.baddbmm_(tokens.masked_fill(chunk_outside, 0), transform).masked_fill_(chunk_outside, 0)
+        largest = torch.maximum(largest, torch.linalg.vector_norm(conditioned, ord=float('inf'), dim=(1, 2)))
+        # plus X outside the mask (zero inside): X itself there, through float64 and back, exactly
+        out[:, start:end] = conditioned.add_(tokens.masked_fill_(~chunk_outside, 0)).to(x.dtype)
+    overflow = ~(largest <= torch.finfo(x.dtype).max)  # NaN included
+    status = torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
+    return out, status

@@ -1,0 +1,99 @@
+"""The two-pass path (whole images of float32/16 tokens, conditioning/two_pass.py): the one-program path's X + C
+and status without a float64 copy of X, over any number of chunks, and taken exactly where it applies."""
+from unittest import mock
+
+import pytest
+import torch
+
+from condtok_mm.conditioning import condition_number, condition_token_windows, condition_valid_regions
+from condtok_mm.conditioning import grids, two_pass
+from condtok_mm.conditioning.batched import condition_masked, finish
+from condtok_mm.conditioning.diagnostics import BAD_INPUT, FINE
+
+
+def layer_normed(batch, length, channels, seed=0, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(batch, length, channels, generator=generator, dtype=torch.float64)
+    return torch.nn.functional.layer_norm(tokens, (channels, )).to(dtype)
+
+
+@pytest.fixture
+def seven_row_chunks(monkeypatch):
+    """Chunks of 7 rows at 16 channels: band edges and valid-region edges fall inside chunks and between them."""
+    monkeypatch.setitem(two_pass.CHUNK_ELEMENTS, 'cpu', 7 * 16)
+
+
+@pytest.mark.parametrize('mode, solver, alpha', [('sigma_max', 'eigh', 1.0), ('floor', 'eigh', 1.0),
+                                                 ('sigma_max', 'newton_schulz', 0.5)])
+def test_equals_the_one_program_path_over_many_chunks(seven_row_chunks, mode, solver, alpha):
+    x = layer_normed(4, 200, 16)
+    valid = torch.tensor([200, 131, 5, 0])  # all, most, fewer than d, none
+    mask = torch.arange(200) < valid[:, None]
+    mask[1, 40:60] = False  # a gap inside the valid tokens
+    out, status = two_pass.condition_two_pass(x, mask, mode, alpha, 2.0, solver)
+    conditioned, expected_status = condition_masked(x, mask, mode, alpha, 2.0, 0.95, solver)
+    torch.testing.assert_close(out, finish(x, conditioned, mask), rtol=2e-6, atol=1e-6)
+    assert torch.equal(out[~mask], x[~mask])
+    assert torch.equal(status, expected_status) and status.tolist() == [FINE] * 4
+
+
+def test_alpha_zero_gives_the_tokens_exactly(seven_row_chunks):
+    x = layer_normed(2, 200, 16)
+    mask = torch.arange(200) < torch.tensor([[200], [77]])
+    out, _ = two_pass.condition_two_pass(x, mask, 'sigma_max', 0.0, 2.0, 'eigh')
+    assert torch.equal(out, x)
+
+
+@pytest.mark.parametrize('mode', ['sigma_max', 'floor'])
+def test_kappa_bound_holds_on_each_valid_region(seven_row_chunks, mode):
+    grid = layer_normed(3, 12 * 20, 16).view(3, 12, 20, 16)
+    sizes = [(12, 20), (9, 13), (6, 17)]
+    with mock.patch.object(grids, 'condition_two_pass', wraps=two_pass.condition_two_pass) as spy:
+        out = condition_valid_regions(grid, sizes, mode=mode)
+    assert spy.call_count == 1
+    for image, (h, w) in enumerate(sizes):
+        region = out[image, :h, :w].reshape(-1, 16)
+        assert condition_number(region.double()) <= 2 * (1 + 1e-4)
+        assert torch.equal(out[image, h:], grid[image, h:]) and torch.equal(out[image, :, w:], grid[image, :, w:])
+
+
+def test_non_finite_tokens_raise_and_padding_holds_anything(seven_row_chunks):
+    grid = layer_normed(2, 12 * 20, 16).view(2, 12, 20, 16)
+    sizes = [(12, 20), (6, 10)]
+    clean = condition_valid_regions(grid, sizes)
+    padded = grid.clone()
+    padded[1, 8:, 12:] = float('nan')
+    assert torch.equal(condition_valid_regions(padded, sizes)[1, :6, :10], clean[1, :6, :10])
+    broken = grid.clone()
+    broken[1, 2, 3, 4] = float('inf')
+    _, status = two_pass.condition_two_pass(broken.view(2, -1, 16), torch.ones(2, 240, dtype=torch.bool),
+                                            'sigma_max', 1.0, 2.0, 'eigh')
+    assert status.tolist() == [FINE, BAD_INPUT]
+    with pytest.raises(ValueError, match='non-finite'):
+        condition_valid_regions(broken, sizes)
+
+
+def test_float16_overflow_names_half_precision(seven_row_chunks):
+    grid = (layer_normed(1, 12 * 20, 16) * 600).to(torch.float16).view(1, 12, 20, 16)
+    with pytest.raises(ValueError, match='float16 \\(half precision\\) holds values up to 65504'):
+        condition_valid_regions(grid, [(12, 20)], alpha=100.0)
+
+
+@pytest.mark.parametrize('case, taken', [
+    (dict(), True),
+    (dict(dtype=torch.float64), False),       # float64 tokens: scaled on the one-program path
+    (dict(window_size=4), False),             # windows are short stacks
+    (dict(centred=True), False),
+    (dict(mode='graying'), False),
+    (dict(grid=(3, 16)), False),              # 48 tokens <= 4 x 16: singular values from u~ V
+])
+def test_taken_for_tall_whole_images_of_narrow_tokens_only(case, taken):
+    height, width = case.get('grid', (12, 20))
+    grid = layer_normed(2, height * width, 16, dtype=case.get('dtype', torch.float32)).view(2, height, width, 16)
+    options = {k: v for k, v in case.items() if k in ('centred', 'mode')}
+    with mock.patch.object(grids, 'condition_two_pass', wraps=two_pass.condition_two_pass) as spy:
+        if 'window_size' in case:
+            condition_token_windows(grid.view(2, -1, 16), (height, width), case['window_size'])
+        else:
+            condition_valid_regions(grid, [(height, width), (height - 1, width - 2)], **options)
+    assert spy.called == taken
