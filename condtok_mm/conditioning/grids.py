@@ -86,16 +86,17 @@ def _condition_stacks(inner: torch.Tensor, mask: torch.Tensor, window_size: Opti
 def _condition_dct(inner: torch.Tensor, mask: torch.Tensor, sizes: Optional[torch.Tensor], alpha, epsilon: float,
                    dtype: torch.dtype):
     """Token Graying's DCT form (:mod:`.dct_graying`) of the grids ``inner`` (B, H, W, d) on their valid regions, and
-    the status of each image. ``dtype``, the tokens' dtype, decides what overflows and the working precision (float64
-    for float64 tokens, float32 otherwise: the transforms are orthogonal)."""
+    the status of each image. ``dtype``, the tokens' dtype, decides what overflows; the working precision is float64
+    for float64 grids (float64 tokens, or centred ones), float32 otherwise (the transforms are orthogonal). An image
+    with NaN/Inf tokens comes back as it was (its status says so)."""
     batch, height, width, channels = inner.shape
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    x = inner.to(work, copy=True).masked_fill_(~mask.unsqueeze(-1), 0)
-    finite = torch.isfinite(x).flatten(1).all(-1)
-    x = torch.where(finite[:, None, None, None], x, torch.zeros((), dtype=work, device=x.device))
+    work = torch.float64 if inner.dtype == torch.float64 else torch.float32
+    original = inner.to(work, copy=True).masked_fill_(~mask.unsqueeze(-1), 0)
+    finite = torch.isfinite(original).flatten(1).all(-1)[:, None, None, None]
+    x = torch.where(finite, original, torch.zeros((), dtype=work, device=original.device))
     if sizes is None:
         sizes = torch.tensor([[height, width]], device=x.device).expand(batch, 2)
     bases_h = dct_bases(sizes[:, 0].clamp(max=height), height, work)
     bases_w = dct_bases(sizes[:, 1].clamp(max=width), width, work)
-    conditioned = dct_graying(x, bases_h, bases_w, alpha, epsilon)
-    return conditioned, _status(conditioned.view(batch, -1, channels), finite, dtype)
+    conditioned = torch.where(finite, dct_graying(x, bases_h, bases_w, alpha, epsilon), original)
+    return conditioned, _status(conditioned.view(batch, -1, channels), finite.view(batch), dtype)

@@ -4,7 +4,8 @@ The correction is :func:`.batched.condition_masked`'s (the same G~, M = h(G~) an
 laid out around its bytes for stacks of more than ACCURATE_ROWS x d token rows:
 
 1. one read of X, in chunks of rows: each chunk cast to float64 and masked in cache, accumulated into
-   G = u^T u and the band sums Z^T u (Z's rows for the chunk as one-hot indicators: a product, deterministic);
+   G = u^T u, and its running sums read off at the band edges that fall in it, whose differences are the band sums
+   Z^T u (O(N d), no atomics that could reorder a sum: deterministic);
 2. the d x d spectral function: I + alpha M and the band rows alpha rho F^T (I + M);
 3. one read of X and one write of the result, in chunks: X (I + alpha M) plus each token's band row, the tokens
    outside the mask as they were, cast back to X's dtype, and the largest magnitude kept for the overflow check.
@@ -21,9 +22,10 @@ import torch
 from .batched import _Bands, regularised_function
 from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
 
-# Rows per chunk times channels, per token matrix. On the CPU 1 MiB of float64, so that a chunk's float64 copies stay
-# in cache; on CUDA 32 MiB, because there each chunk's dozen kernel launches cost more than its bytes (Swin-T's
-# first stage, 67,200 x 96 tokens, is then two chunks).
+# Rows per chunk times channels, per token matrix (a chunk spans the whole stack, so it is S times this; sized per
+# matrix so that the launches do not grow with the batch). On the CPU 1 MiB of float64, so that a chunk's float64
+# copies stay in cache at small batches; on CUDA 32 MiB, because there each chunk's dozen kernel launches cost more
+# than its bytes (Swin-T's first stage, 67,200 x 96 tokens, is then two chunks; its traffic there is not measured).
 CHUNK_ELEMENTS = {'cpu': 2**17, 'cuda': 2**22}
 
 
@@ -43,16 +45,16 @@ def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, ta
     bands = _Bands(mask, d)
     outside = ~mask.unsqueeze(-1)
     gram = torch.zeros(stack, d, d, dtype=torch.float64, device=x.device)
-    band_sums = torch.zeros(stack, d + 1, d, dtype=torch.float64, device=x.device)  # row d: no band
+    edge_sums = _EdgeSums(bands.ends, rows, d)
     for start, end in spans:
-        chunk = x[:, start:end].to(torch.float64).masked_fill_(outside[:, start:end], 0)
+        chunk = x[:, start:end].to(torch.float64, copy=True).masked_fill_(outside[:, start:end], 0)
         gram.baddbmm_(chunk.transpose(1, 2), chunk)
-        indicator = chunk.new_zeros(stack, end - start, d + 1).scatter_(2, bands.band[:, start:end, None], 1.0)
-        band_sums.baddbmm_(indicator.transpose(1, 2), chunk)
+        edge_sums.add(chunk, start, end)
     finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
     gram = torch.where(finite[:, None, None], gram, zero)
-    zu = torch.where(finite[:, None, None], band_sums[:, :d] * bands.weight.unsqueeze(-1), zero)
+    prefix = edge_sums.prefix  # the sums of u over the positions before each band edge
+    zu = torch.where(finite[:, None, None], (prefix[:, 1:] - prefix[:, :-1]) * bands.weight.unsqueeze(-1), zero)
     m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), mode, alpha, target_kappa, solver)
     transform = torch.eye(d, dtype=torch.float64, device=x.device) + alpha * m_matrix
     # each token's band row, Z's weight included; row d of each matrix (no band) is zero
@@ -61,7 +63,7 @@ def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, ta
     out = torch.empty_like(x)
     largest = torch.zeros(stack, dtype=torch.float64, device=x.device)
     for start, end in spans:
-        tokens = x[:, start:end].to(torch.float64)  # the one read of X in this pass
+        tokens = x[:, start:end].to(torch.float64, copy=True)  # the one read of X in this pass
         chunk_outside = outside[:, start:end]
         conditioned = table.index_select(0, token_rows[:, start:end].reshape(-1)).view(stack, end - start, d)
         # X (I + alpha M) + the band rows (alpha = 0: 0 + X I, exactly X), zero outside the mask
@@ -72,3 +74,31 @@ def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, ta
     overflow = ~(largest <= torch.finfo(x.dtype).max)  # NaN included
     status = torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
     return out, status
+
+
+class _EdgeSums:
+    """The sums of u over the positions before each band edge (``ends`` (S, d + 1), non-decreasing positions), from
+    chunks of u in order: each chunk's running sums plus the carry of the chunks before it, read at the edges that
+    fall in it. A chunk of ``rows`` positions holds at most ``rows`` + 1 edges of live bands (their positions
+    increase strictly), so ``rows`` + 1 edges from the first one past the chunk's start are read: O(chunk) per chunk.
+    Edges of bands that do not exist (positions repeated at n) may be left out; their bands have weight 0."""
+
+    def __init__(self, ends: torch.Tensor, rows: int, d: int):
+        self.ends = ends
+        self.window = torch.arange(min(d + 1, rows + 1), device=ends.device)
+        self.prefix = torch.zeros(ends.shape[0], d + 1, d, dtype=torch.float64, device=ends.device)
+        self.carry = torch.zeros(ends.shape[0], 1, d, dtype=torch.float64, device=ends.device)
+
+    def add(self, chunk: torch.Tensor, start: int, end: int) -> None:
+        stack, _, channels = chunk.shape
+        last = self.ends.shape[1] - 1
+        first = (self.ends <= start).sum(-1, keepdim=True)  # the first edge past the chunk's start
+        index = (first + self.window).clamp(max=last)  # (S, window)
+        position = self.ends.gather(1, index)
+        inside = (position > start) & (position <= end) & (first + self.window <= last)
+        running = chunk.cumsum(1)
+        rows = (position - start - 1).clamp(0, end - start - 1).unsqueeze(-1).expand(-1, -1, channels)
+        value = (running.gather(1, rows) + self.carry) * inside.unsqueeze(-1)
+        # each edge gets one nonzero value over all chunks (the others add exact zeros): the order cannot matter
+        self.prefix.scatter_add_(1, index.unsqueeze(-1).expand(-1, -1, channels), value)
+        self.carry = self.carry + running[:, -1:]

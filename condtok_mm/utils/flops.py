@@ -6,7 +6,8 @@ conditioner (the Gram matrix X^T X, the correction X M, the null-space completio
 mmengine counts already. For the decompositions the operation counts of Golub and Van Loan, Matrix
 Computations (4th ed.), are used, halved to multiply-adds:
 
-- ``baddbmm`` (a batched product with an addend; mmengine has no handle for it): b n k m for (b, n, k) x (b, k, m);
+- ``baddbmm`` and ``baddbmm_`` (a batched product with an addend, the accumulation in place; mmengine has no
+  handle for them): b n k m for (b, n, k) x (b, k, m);
 - symmetric eigendecomposition of an n x n matrix, eigenvalues and eigenvectors (tridiagonalization and the
   symmetric QR algorithm, Sec. 8.3): 9 n^3 flops, so 4.5 n^3 multiply-adds;
 - thin SVD of an m x n matrix (m >= n) with U1, S and V (Sec. 8.6, Table 8.6.1): the cheaper of
@@ -44,7 +45,7 @@ def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
 
 
 DECOMPOSITION_HANDLES = {'aten::linalg_eigh': eigh_flop_jit, 'aten::linalg_svd': svd_flop_jit}
-PRODUCT_HANDLES = {'aten::baddbmm': baddbmm_flop_jit}
+PRODUCT_HANDLES = {'aten::baddbmm': baddbmm_flop_jit, 'aten::baddbmm_': baddbmm_flop_jit}
 
 
 def count_flops(model: torch.nn.Module, inputs: tuple) -> Dict[str, Any]:

@@ -97,6 +97,32 @@ def test_extreme_float64_magnitudes_give_finite_results_and_non_finite_tokens_ra
     grids[0, 2, 3, 1] = float('nan')
     with pytest.raises(ValueError, match='non-finite'):
         condition_valid_regions(grids, SIZES, mode='graying_dct')
+    # unchecked (as on CUDA before a deferred check reads the status), that image comes back as it was
+    out = condition_valid_regions(grids, SIZES, mode='graying_dct', check=False)
+    torch.testing.assert_close(out[0], grids[0], equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(out[1:], condition_valid_regions(grids[1:], SIZES[1:], mode='graying_dct'))
+
+
+def test_float16_tokens_are_grayed_in_float32_and_overflow_names_half_precision():
+    grids = padded_grids(torch.float16)
+    out = condition_valid_regions(grids, SIZES, mode='graying_dct', alpha=0.5)
+    assert out.dtype == torch.float16
+    expected = condition_valid_regions(grids.float(), SIZES, mode='graying_dct', alpha=0.5)
+    torch.testing.assert_close(out.float(), expected.half().float(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match='float16 \\(half precision\\) holds values up to 65504'):
+        condition_valid_regions((grids.float() * 1000).half(), SIZES, mode='graying_dct', alpha=100.0)  # -99 X
+
+
+def test_centred_removes_nothing_along_the_ones_vector_and_equals_its_definition_on_the_complement():
+    grids = padded_grids(torch.float64)
+    out = condition_valid_regions(grids, SIZES, mode='graying_dct', epsilon=0.5, centred=True)
+    correction = out - grids
+    torch.testing.assert_close(correction.sum(-1), torch.zeros_like(correction[..., 0]), rtol=0, atol=1e-12)
+    centred = grids - grids.mean(-1, keepdim=True)  # what the next LayerNorm lets through of the tokens
+    for image, (h, w) in enumerate(SIZES):
+        expected = reference(centred[image, :h, :w].numpy(), 1.0, 0.5)
+        got = (out[image, :h, :w] - grids[image, :h, :w].mean(-1, keepdim=True)).numpy()
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 
 def test_the_correction_is_a_constant_in_backward():

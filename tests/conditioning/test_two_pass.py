@@ -9,6 +9,10 @@ from condtok_mm.conditioning import condition_number, condition_token_windows, c
 from condtok_mm.conditioning import grids, two_pass
 from condtok_mm.conditioning.batched import condition_masked, finish
 from condtok_mm.conditioning.diagnostics import BAD_INPUT, FINE
+from condtok_mm.models.token_conditioner import TokenConditioner
+from helpers.repo import load_script
+
+op_counts = load_script('benchmark', 'op_counts.py')
 
 
 def layer_normed(batch, length, channels, seed=0, dtype=torch.float32):
@@ -81,6 +85,7 @@ def test_float16_overflow_names_half_precision(seven_row_chunks):
 
 @pytest.mark.parametrize('case, taken', [
     (dict(), True),
+    (dict(dtype=torch.float16), True),
     (dict(dtype=torch.float64), False),       # float64 tokens: scaled on the one-program path
     (dict(window_size=4), False),             # windows are short stacks
     (dict(centred=True), False),
@@ -97,3 +102,31 @@ def test_taken_for_tall_whole_images_of_narrow_tokens_only(case, taken):
         else:
             condition_valid_regions(grid, [(height, width), (height - 1, width - 2)], **options)
     assert spy.called == taken
+
+
+@pytest.mark.parametrize('solver', ['eigh', 'newton_schulz'])
+def test_over_several_chunks_the_op_count_is_flat_in_the_batch_and_the_gpu_path_reads_nothing_back(
+        seven_row_chunks, solver):
+    conditioner = TokenConditioner(solver=solver, check=False)
+    counts = []
+    for batch in (2, 6):
+        grid = layer_normed(batch, 12 * 20, 16).view(batch, 12, 20, 16)
+        sizes = torch.tensor([[12 - b % 4, 20 - 3 * (b % 5)] for b in range(batch)])
+        with mock.patch.object(grids, 'condition_two_pass', wraps=two_pass.condition_two_pass) as spy:
+            counts.append(op_counts.count_ops(lambda: conditioner(grid.view(batch, -1, 16), (12, 20), sizes)))
+        assert spy.call_count == 1
+    assert counts[0]['aten_ops'] == counts[1]['aten_ops']
+    if solver == 'newton_schulz':  # the CUDA default, without the CPU's immediate status read: no host read
+        assert counts[0]['host_reads'] == counts[1]['host_reads'] == 0
+
+
+@pytest.mark.slow
+def test_over_several_chunks_it_compiles_whole(seven_row_chunks):
+    import torch._dynamo
+    torch._dynamo.reset()
+    conditioner = TokenConditioner(check=False)
+    grid = layer_normed(2, 12 * 20, 16)
+    sizes = torch.tensor([[12, 20], [7, 9]])
+    explanation = torch._dynamo.explain(conditioner)(grid, hw_shape=(12, 20), valid_shapes=sizes)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1, explanation.break_reasons
+    torch._dynamo.reset()
