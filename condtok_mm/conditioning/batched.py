@@ -188,12 +188,11 @@ def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, va
     # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
     # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
     structural = torch.arange(d, device=gram.device) < (d - valid_count).unsqueeze(-1)
-    project = None
-    if accurate is not None:
 
-        def project(v):  # u~ V = u V + rho Z (F^T V)
-            return accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)
-    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver, project)
+    def project(v):  # u~ V = u V + rho Z (F^T V)
+        return accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)
+    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver,
+                                  None if accurate is None else project)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M)
     return m_matrix, (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
 
@@ -270,7 +269,11 @@ def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver,
 
 def _status(conditioned: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """FINE, BAD_INPUT (not ``finite``) or BAD_OUTPUT (a value of X + C beyond ``dtype``'s range) per matrix."""
-    largest = torch.linalg.vector_norm(conditioned, ord=math.inf, dim=(1, 2))
+    return status_of_largest(torch.linalg.vector_norm(conditioned, ord=math.inf, dim=(1, 2)), finite, dtype)
+
+
+def status_of_largest(largest: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`_status` from the largest magnitude of each matrix's X + C (S,)."""
     overflow = ~(largest <= torch.finfo(dtype).max)  # NaN included
     return torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
 

@@ -10,6 +10,7 @@ from .grids import condition_grids
 from .options import ConditioningOptions
 from .reference import reference_condition_grid, reference_token_windows, reference_valid_regions
 from .valid_sizes import valid_size_tensor
+from .windows import tokens_as_grid
 
 ValidShapes = Union[Sequence[Tuple[int, int]], torch.Tensor]
 
@@ -108,12 +109,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
     check_window(window_size, shift_size, where)
     if x.dim() != 3:
         raise ValueError(f'{where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
-    height, width = hw_shape
-    batch, num_tokens, channels = x.shape
-    if num_tokens != height * width:
-        raise ValueError(f'{where}: {num_tokens} tokens do not fill the grid hw_shape={tuple(hw_shape)} '
-                         f'({height} x {width} = {height * width})')
-    grid = x.reshape(batch, height, width, channels)
+    grid = tokens_as_grid(x, hw_shape, where)
     if _on_reference_path(options, grid):
         return reference_token_windows(x, hw_shape, window_size, shift_size, **_reference_arguments(options))
     return condition_grids(grid, None, window_size, shift_size, options).reshape(x.shape)

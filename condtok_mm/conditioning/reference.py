@@ -12,7 +12,7 @@ from .completion import (_COMPLETION_OVERSAMPLING, _add_bands, _band_sums, _band
                          _complete_null_space, _completion_lift)
 from .diagnostics import _check_finite, _check_output
 from .modes import GRAYING_EPSILON, _gram_scales, _lift
-from .windows import token_windows
+from .windows import token_windows, tokens_as_grid
 
 # A Gram matrix whose largest diagonal entry is below this is recomputed from rescaled tokens: its
 # entries may have underflowed (float64 tokens below ~1e-100), or the sample is zero.
@@ -314,12 +314,8 @@ def reference_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
     Returns:
         Tensor: the conditioned tokens, shape and dtype of ``x``.
     """
-    height, width = hw_shape
+    grid = tokens_as_grid(x, hw_shape, where)
     batch, num_tokens, channels = x.shape
-    if num_tokens != height * width:
-        raise ValueError(f'{where}: {num_tokens} tokens do not fill the grid hw_shape={tuple(hw_shape)} '
-                         f'({height} x {width} = {height * width})')
-    grid = x.reshape(batch, height, width, channels)
     out = grid.new_empty(grid.shape)
     for (top, left, rows, cols, win_h, win_w), windows in token_windows(grid, window_size, shift_size):
         conditioned = reference_condition_grid(windows[:, :, None], detach=detach, where=where, **kwargs)

@@ -19,8 +19,7 @@ grows with the padded length, not with the batch, and is the same for any valid 
 """
 import torch
 
-from .batched import _Bands, regularised_function
-from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
+from .batched import _Bands, regularised_function, status_of_largest
 
 # Rows per chunk times channels, per token matrix (a chunk spans the whole stack, so it is S times this; sized per
 # matrix so that the launches do not grow with the batch). On the CPU 1 MiB of float64, so that a chunk's float64
@@ -71,9 +70,7 @@ def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, ta
         largest = torch.maximum(largest, torch.linalg.vector_norm(conditioned, ord=float('inf'), dim=(1, 2)))
         # plus X outside the mask (zero inside): X itself there, through float64 and back, exactly
         out[:, start:end] = conditioned.add_(tokens.masked_fill_(~chunk_outside, 0)).to(x.dtype)
-    overflow = ~(largest <= torch.finfo(x.dtype).max)  # NaN included
-    status = torch.where(finite, torch.where(overflow, BAD_OUTPUT, FINE), BAD_INPUT).to(torch.int8)
-    return out, status
+    return out, status_of_largest(largest, finite, x.dtype)
 
 
 class _EdgeSums:

@@ -7,6 +7,17 @@ from typing import List, Tuple
 import torch
 
 
+def tokens_as_grid(x: torch.Tensor, hw_shape: Tuple[int, int], where: str) -> torch.Tensor:
+    """Tokens (B, H*W, d), row-major over the grid ``hw_shape`` = (H, W), as the grid (B, H, W, d); ValueError, named
+    ``where``, when they do not fill it."""
+    height, width = hw_shape
+    batch, num_tokens, channels = x.shape
+    if num_tokens != height * width:
+        raise ValueError(f'{where}: {num_tokens} tokens do not fill the grid hw_shape={tuple(hw_shape)} '
+                         f'({height} x {width} = {height * width})')
+    return x.reshape(batch, height, width, channels)
+
+
 def _window_runs(length: int, window_size: int, shift_size: int) -> List[Tuple[int, int, int]]:
     """Cut one axis of ``length`` tokens into attention windows: runs of (start, count, window length).
 

@@ -9,6 +9,7 @@ from condtok_mm.conditioning import (ConditioningOptions, TOKEN_SCALE_CONTROLS, 
 from condtok_mm.conditioning.functional import check_window
 from condtok_mm.conditioning.modes import GRAYING_MODES
 from condtok_mm.conditioning.valid_sizes import valid_size_tensor
+from condtok_mm.conditioning.windows import tokens_as_grid
 from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
@@ -171,11 +172,7 @@ class TokenConditioner(BaseModule):
             valid_shapes = valid_size_tensor(valid_shapes, batch, tokens.device, self.location)
         if self.scope == 'window' and valid_shapes is None:
             return self._control(tokens, condition_token_windows(tokens, hw_shape, **window, options=options))
-        height, width = hw_shape
-        if height * width != num_tokens:
-            raise ValueError(f'{self.location}: {num_tokens} tokens do not fill the grid hw_shape='
-                             f'{tuple(hw_shape)} ({height} x {width} = {height * width})')
-        grid = tokens.reshape(batch, height, width, channels)
+        grid = tokens_as_grid(tokens, hw_shape, self.location)
         if valid_shapes is None:
             return self._control(tokens, condition_tokens(grid, options=options).view(tokens.shape))
         conditioned = condition_valid_regions(grid, valid_shapes, **window, options=options)
