@@ -62,7 +62,7 @@ SHIFT, SHIFT_FULL = 1e-4, 1e-10
 # price of keeping the product off large images.
 ACCURATE_ROWS = 4
 # Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
-_NEWTON_SCHULZ_SCALES = newton_schulz_schedule(SHIFT_FULL * TAU**2)
+_NEWTON_SCHULZ_STEPS = newton_schulz_schedule(SHIFT_FULL * TAU**2)
 
 
 def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
@@ -257,7 +257,7 @@ def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver,
         c = upper.sqrt() / (target_kappa - 1)
         eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
         shifted = gram + delta[:, None, None] * eye
-        return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_SCALES)
+        return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
     lam, v = torch.linalg.eigh(gram)
     squares = lam.clamp_min(0) if project is None else project(v).square().sum(-2)
     s = (squares + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()

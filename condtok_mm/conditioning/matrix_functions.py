@@ -11,7 +11,8 @@ import torch
 # lambda_max <= trace(A^p)^(1/p) <= d^(1/p) lambda_max for p = 2^_SQUARINGS: 2^20 bounds the overestimate by
 # ln(d) / 2^20 (6e-6 relative at d = 768, 3e-6 on s_1 and on the correction c = s_1 / (t - 1)): an upper bound, so
 # kappa(X + C) <= t holds whatever it is, and it moves the correction by at most 3e-6 relative, well inside the
-# 1e-4 that the tests hold the Newton-Schulz and eigh results to. Each squaring halves that overestimate and costs one d x d product.
+# 1e-4 that the tests hold the Newton-Schulz and eigh results to. Each squaring halves that overestimate and costs
+# one d x d product.
 _SQUARINGS = 20
 
 
@@ -36,63 +37,106 @@ def largest_eigenvalue_bound(gram: torch.Tensor, squarings: int = _SQUARINGS) ->
     return torch.where(trace > 0, trace * torch.exp(log_trace), torch.zeros_like(trace))
 
 
-def _residual_step(p: float) -> float:
-    """What one Newton-Schulz step does to an eigenvalue p of the residual P = Z Y: p (3 - p)^2 / 4."""
-    return p * (3 - p) ** 2 / 4
+# The growth step: the odd degree-9 polynomial p(x) = sum_k GROWTH[k] x^(2k+1) with the largest slope p'(0) under
+# p <= 1 on [0, 1.02], p(x) >= x on [0, 0.6] and p >= 0.6 on [0.6, 1.02] (on the grid), found by linear programming on
+# a grid of 20000 points (scipy's HiGHS) and divided by its largest value. It grows a small x 6.21-fold for 5
+# products, where a cubic step with scale 2 grows it 2.12-fold for 3. It maps every x to at least min(x,
+# GROWTH_FLOOR): the top eigenvalues are not pushed towards 0, where Y and Z shrink along them and round-off from the
+# other directions moves the result (cubic steps with scales near 3, which do that, moved it by 1e-4). The 2 % above
+# 1 is room for round-off in u and in the iteration: past it p exceeds 1 and grows fast (p(1.03) = 1.19, and an x
+# that starts there diverges), where a margin of 0.1 % would have given a slope of 6.35 and the same 15 steps.
+GROWTH = (6.205071721396333, -42.47216834980596, 121.29771039148154, -141.09997672637311, 56.81541399563512)
+# p is increasing on [0, 0.262] and at least GROWTH_FLOOR on [0.262, 1.02] (its local minimum 0.5645 at x = 0.546).
+GROWTH_FLOOR = 0.56
+# The finishing steps: the degree-9 Taylor polynomial of x / |x| at 1, g(x) = x sum_j TAYLOR[j] (1 - x^2)^j,
+# TAYLOR[j] = binom(2j, j) / 4^j, taken at sqrt(s) x with s >= 1 chosen per step. g is increasing (g'(x) is
+# proportional to (1 - x^2)^4), so a step maps [l, 1] onto [g(sqrt(s) l), g(sqrt(s))] exactly; it converges with
+# order 5 near 1.
+TAYLOR = tuple(math.comb(2 * j, j) / 4**j for j in range(5))
+# Steps end when every eigenvalue p = x^2 of the residual is within this of 1.
+CONVERGED = 1e-15
 
 
-# The largest scale of P a step may take. f(p) = p (3 - p)^2 / 4 stays in (0, 1] for all of (0, 3), but a scale
-# near 3 maps P's top eigenvalues near 0: Y and Z shrink by 1e-6 along them while they are ~1e7 along the smallest,
-# and round-off from those directions then moves the result by 1e-4 relative (the L x L and d x d sides of one
-# matrix disagreed by 2e-4). At 2 the top eigenvalues at most halve (f(2) = 1/2) and the results agree with the
-# plain iteration's to round-off, in 35 steps instead of 62.
-_MAX_SCALE = 2.0
+def _growth(x: float) -> float:
+    return sum(c * x ** (2 * k + 1) for k, c in enumerate(GROWTH))
+
+
+def _taylor(x: float, scale: float) -> float:
+    return math.sqrt(scale) * x * sum(c * (1 - scale * x * x) ** j for j, c in enumerate(TAYLOR))
+
+
+def _finishing_scale(floor: float) -> float:
+    """The s in [1, min(4, 1 / floor^2)] that maximises the new floor g(sqrt(s) floor) / g(sqrt(s)) (unimodal in s:
+    a ternary search; the best s stays below 2 from any floor the growth steps leave)."""
+    low, high = 1.0, min(4.0, 1 / floor**2)
+    for _ in range(200):
+        left, right = low + (high - low) / 3, high - (high - low) / 3
+        if _taylor(floor, left) / _taylor(1.0, left) < _taylor(floor, right) / _taylor(1.0, right):
+            low = left
+        else:
+            high = right
+    return (low + high) / 2
 
 
 def newton_schulz_schedule(smallest: float) -> tuple:
-    """The scales s_k of the steps of :func:`inverse_sqrt_newton_schulz` that bring every eigenvalue of the residual
-    in [``smallest``, 1] to 1 within float64 round-off (1 - p <= 1e-15), as few as a per-step choice allows.
+    """The steps of :func:`inverse_sqrt_newton_schulz` that bring every eigenvalue of the residual in
+    [``smallest``, 1] to 1 within float64 round-off (1 - p <= CONVERGED).
 
-    Step k maps an eigenvalue p of P to f(s_k p), f(p) = p (3 - p)^2 / 4: increasing on [0, 1], decreasing on
-    [1, 3]. With P's eigenvalues in [l, 1] (1 stays the top: f(1) = 1 and 1 lies in [s l, s]), s_k maximises the
-    smallest image min(f(s l), f(s)) over s in [1, min(_MAX_SCALE, 1 / l)]: where f(s l) = f(s) (a bisection),
-    or at that bound. The new floor is l' = min(f(s l), f(s)). While l is small, s is at its bound (_MAX_SCALE) and
-    l grows by 9/4 s = 9/2 a step instead of the unscaled 9/4, so an eigenvalue 1e-20 of the largest converges in
-    35 steps instead of 62; near convergence s tends to 1 (the unscaled step, quadratic there).
+    In x = sqrt(p), a step with residual polynomial q maps x to x q(x^2), and Z's eigenvalue is multiplied by q(x^2).
+    Each step is (a0, a1, b): q(P) = sum_j b[j] R^j with R = a0 I + a1 P. Growth steps (GROWTH: a0 = 0, a1 = 1)
+    run while the floor l is below GROWTH_FLOOR, mapping it to p(l); then finishing steps (the Taylor polynomial
+    at sqrt(s) x, divided by its value at 1 so that the top stays at 1: a0 = 1, a1 = -s) until the floor converges.
+    From 1e-20 that is 12 growth and 3 finishing steps (5 products each), where the scaled cubic steps took 35
+    (3 products each) and the plain ones 62.
     """
-    floor, scales = smallest, []
-    while 1 - floor > 1e-15:
-        low, high = 1.0, min(_MAX_SCALE, 1 / floor)
-        if _residual_step(high * floor) <= _residual_step(high):
-            scale = high
-        else:
-            for _ in range(100):  # f(s l) - f(s) increases with s on [low, high]
-                middle = (low + high) / 2
-                if _residual_step(middle * floor) < _residual_step(middle):
-                    low = middle
-                else:
-                    high = middle
-            scale = low
-        floor = min(_residual_step(scale * floor), _residual_step(scale))
-        scales.append(scale)
-    return tuple(scales)
+    floor, steps = math.sqrt(smallest), []
+    while _growth(floor) < GROWTH_FLOOR:
+        floor = _growth(floor)
+        steps.append((0.0, 1.0, GROWTH))
+    floor = min(floor, GROWTH_FLOOR)
+    while 1 - floor**2 > CONVERGED:
+        scale = _finishing_scale(floor)
+        top = _taylor(1.0, scale)
+        floor = _taylor(floor, scale) / top
+        steps.append((1.0, -scale, tuple(math.sqrt(scale) * c / top for c in TAYLOR)))
+    return tuple(steps)
 
 
-def inverse_sqrt_newton_schulz(gram: torch.Tensor, upper: torch.Tensor, scales: tuple) -> torch.Tensor:
-    """(G / u)^(-1/2) / sqrt(u) = G^(-1/2) for PSD ``gram`` (..., d, d) with eigenvalues in (0, u], ``upper`` u,
-    by the scaled coupled Newton-Schulz iteration Y <- Y T, Z <- T Z, T = sqrt(s) (3 I - s Z Y) / 2 from
-    Y = G / u, Z = I, one step per scale s of ``scales`` (:func:`newton_schulz_schedule`). Y = (G / u) Z holds
-    throughout, and the residual P = Z Y goes to f(s P), f(p) = p (3 - p)^2 / 4, so Z tends to (G / u)^(-1/2) as P
-    tends to I (s = 1 is the plain step; a larger s grows P's small eigenvalues s times as fast). An eigenvalue
-    that is 0 (a structurally rank-deficient G) is not inverted: Z grows there by 1.5 sqrt(s) per step, to a
-    finite value that a caller multiplying by the matrix whose Gram matrix G is annihilates."""
+def inverse_sqrt_newton_schulz(gram: torch.Tensor, upper: torch.Tensor, steps: tuple) -> torch.Tensor:
+    """(G / u)^(-1/2) / sqrt(u) = G^(-1/2) for PSD ``gram`` (S, d, d) with eigenvalues in (0, u], ``upper`` u (S,),
+    by the coupled Newton-Schulz iteration Y <- Y T, Z <- T Z, T = q(Z Y), from Y = G / u, Z = I, one step per
+    entry (a0, a1, b) of ``steps`` (:func:`newton_schulz_schedule`, at least one): q(P) = sum_j b[j] R^j,
+    R = a0 I + a1 P.
+    Y = (G / u) Z holds throughout, and the residual P = Z Y goes to P q(P)^2, so Z tends to (G / u)^(-1/2) as P
+    tends to I. Five products a step (P, R^2, R^2 (b2 I + b3 R + b4 R^2), Y T, T Z); the first step has P = Y and
+    Z = T, and the last needs no Y. An eigenvalue that is 0 (a structurally rank-deficient G) is not inverted: Z
+    grows there by q(0) per step, to a finite value that a caller multiplying by the matrix whose Gram matrix G is
+    annihilates."""
     u = torch.where(upper > 0, upper, torch.ones_like(upper))[..., None, None]
-    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram)
     y = gram / u
-    z = eye
-    for scale in scales:
-        root = math.sqrt(scale)
-        t = torch.baddbmm(eye, z, y, beta=1.5 * root, alpha=-0.5 * scale * root)
-        y = y @ t
-        z = t @ z
+    z = None
+    for index, (a0, a1, b) in enumerate(steps):
+        t = _step_matrix(y, a0, a1, b) if z is None else _step_matrix(z @ y, a0, a1, b, overwrite=True)
+        if index < len(steps) - 1:
+            y = y @ t
+        z = t if z is None else t @ z
     return 0.5 * (z + z.transpose(-1, -2)) / u.sqrt()
+
+
+def _step_matrix(residual: torch.Tensor, a0: float, a1: float, b: tuple, overwrite: bool = False) -> torch.Tensor:
+    """T = b0 I + b1 R + R^2 (b2 I + b3 R + b4 R^2), R = a0 I + a1 P for the residual P (written over where
+    ``overwrite``): two products, the additions fused into the second one and into the diagonals (a full-size
+    elementwise pass over a d x d stack costs 2-4 % of a product on the CPU), and the temporaries freed on
+    return, before Y T and T Z: the iteration holds at most five d x d matrices per image. In place, so not for
+    autograd (the batched path conditions detached tokens)."""
+    if (a0, a1) != (0.0, 1.0):
+        residual = residual.mul_(a1) if overwrite else residual * a1
+        residual.diagonal(dim1=-2, dim2=-1).add_(a0)
+        overwrite = True
+    r = residual
+    r2 = r @ r
+    inner = r2 * b[4]
+    inner.add_(r, alpha=b[3]).diagonal(dim1=-2, dim2=-1).add_(b[2])
+    t = r.baddbmm_(r2, inner, beta=b[1]) if overwrite else torch.baddbmm(r, r2, inner, beta=b[1])
+    t.diagonal(dim1=-2, dim2=-1).add_(b[0])
+    return t

@@ -83,7 +83,7 @@ def test_the_conditioner_holds_no_more_memory_than_today(grid):
 def test_conditioner_cost_reports_every_method_beside_the_floor(tmp_path):
     result = subprocess.run(
         [sys.executable, osp.join(REPO_ROOT, 'tools', 'benchmark', 'conditioner_cost.py'), '--grids', '12x20x16',
-         '--repeats', '2', '--out-dir', str(tmp_path)],
+         '--repeats', '2', '--profile', '--out-dir', str(tmp_path)],
         capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ, OMP_NUM_THREADS='1'))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.load(open(tmp_path / 'conditioner_cost.json'))
@@ -98,5 +98,12 @@ def test_conditioner_cost_reports_every_method_beside_the_floor(tmp_path):
         assert row['ms'] == min(row['times_ms']) and row['floor_ratio'] == pytest.approx(row['ms'] / floor['ms'])
     batched = report['rows'][2]
     assert batched['passes'] == byte_counts.conditioner_passes(12, 20, 16, 'eigh')['passes']
+    # the gap of Newton-Schulz to eigh, and only where the two compute the same map
+    assert [row['gap_to_eigh'] is None for row in report['rows']] == [True, True, True, False, True, True]
+    assert 0 < report['rows'][3]['gap_to_eigh'] <= 1e-4
+    # --profile: each batched solver's costliest ops, eigh's own among them
+    assert [row['profile'] is None for row in report['rows']] == [True, True, False, False, True, True]
+    assert 'aten::_linalg_eigh' in {event['op'] for event in report['rows'][2]['profile']}
+    assert all(event['ms'] >= 0 and event['calls'] >= 1 for event in report['rows'][3]['profile'])
     assert (tmp_path / 'conditioner_cost.png').stat().st_size > 0
     assert '12x20x16          batched, eigh' in result.stdout

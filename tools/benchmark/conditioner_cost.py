@@ -3,7 +3,7 @@ float64 reference (method='gram', one image at a time), the batched path (the de
 Token Graying in its SVD form (mode='graying') and its DCT form (mode='graying_dct') beside them.
 
     PYTHONPATH=$PWD python tools/benchmark/conditioner_cost.py [--grids 200x336x96 64x64x768] [--repeats 5]
-        [--out-dir work_dirs/conditioner_cost]
+        [--profile] [--out-dir work_dirs/conditioner_cost]
 
 Tokens: LayerNorm'd random (B=2, H*W, d) grids, image 1 padded (its valid region 3/4 x 2/3 of the grid); the
 defaults are Swin-T's (200 x 336 patches of an 800 x 1344 image, d 96) and ViTDet-B's (64 x 64, d 768). The
@@ -12,7 +12,9 @@ matrix, one N x d x d product, cast back. Each row: the minimum wall time of --r
 turns (every method once per turn, so that load on the machine reaches them alike), its ratio to the floor, the
 aten calls and host reads of one call (tools/benchmark/op_counts.py) and its passes over the tokens
 (tools/benchmark/byte_counts.py: bytes of N x d-sized tensors read and written, in float32 passes over X) and its
-peak extra memory in units of X in float32 (byte_counts.peak_extra_bytes: the storages it allocates, result included).
+peak extra memory in units of X in float32 (byte_counts.peak_extra_bytes: the storages it allocates, result included);
+for Newton-Schulz, its gap to eigh: ||(X + C)_newton_schulz - (X + C)_eigh||_F / ||C_eigh||_F. --profile adds, for
+each batched solver, the aten ops that took the most self time in one call (torch.profiler).
 Prints the table, writes conditioner_cost.json and conditioner_cost.png; the numbers are this machine's.
 """
 import argparse
@@ -41,6 +43,11 @@ METHODS = (('float64 floor', None), ('reference (gram)', dict(method='gram')),
            ('batched, eigh', dict(solver='eigh')), ('batched, newton_schulz', dict(solver='newton_schulz')),
            ('graying, SVD form', dict(mode='graying')), ('graying, DCT form', dict(mode='graying_dct')))
 
+# The methods whose time --profile breaks down by aten op.
+PROFILED = ('batched, eigh', 'batched, newton_schulz')
+# The methods that compute the same X + C as the batched path with eigh, whose difference from it is reported.
+SAME_MAP = ('batched, newton_schulz',)
+
 
 def float64_floor(tokens: torch.Tensor) -> torch.Tensor:
     """Cast, Gram matrix, one product per image, cast back: what a float64 conditioner cannot avoid."""
@@ -53,7 +60,15 @@ def _grid(text: str):
     return height, width, channels
 
 
-def measure(height: int, width: int, channels: int, repeats: int, methods):
+def profile_call(call, rows: int = 8):
+    """The aten ops that take the most self CPU time in one call (torch.profiler): name, ms, calls."""
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        call()
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    return [dict(op=e.key, ms=e.self_cpu_time_total / 1e3, calls=e.count) for e in events]
+
+
+def measure(height: int, width: int, channels: int, repeats: int, methods, profile: bool = False):
     tokens, sizes = padded_tokens(height, width, channels)
     calls = {}
     for label, options in methods:
@@ -72,14 +87,21 @@ def measure(height: int, width: int, channels: int, repeats: int, methods):
                 call()
                 times[label].append(time.perf_counter() - start)
     floor = min(times['float64 floor'])
+    with torch.no_grad():
+        eigh_correction = calls['batched, eigh']().double() - tokens.double() if 'batched, eigh' in calls else None
     rows = []
     for label, call in calls.items():
         ops = count_ops(call, 'cpu')
+        top_ops = profile_call(call) if profile and label in PROFILED else None
+        gap = None
+        if label in SAME_MAP and eigh_correction is not None:
+            with torch.no_grad():
+                gap = ((call().double() - tokens.double() - eigh_correction).norm() / eigh_correction.norm()).item()
         rows.append(dict(grid=[height, width], channels=channels, batch=2, method=label,
                          ms=1e3 * min(times[label]), times_ms=[1e3 * t for t in times[label]],
                          floor_ratio=min(times[label]) / floor, aten_ops=ops['aten_ops'],
                          host_reads=ops['host_reads'], passes=count_bytes(call, tokens.numel())['passes'],
-                         peak_extra=peak_extra_bytes(call) / tokens.nbytes))
+                         peak_extra=peak_extra_bytes(call) / tokens.nbytes, gap_to_eigh=gap, profile=top_ops))
     return rows
 
 
@@ -89,18 +111,25 @@ def main(argv=None):
                         help='token grids and channels (default: Swin-T 200x336x96 and ViTDet-B 64x64x768)')
     parser.add_argument('--repeats', type=int, default=5, help='timed calls per method (default: 5)')
     parser.add_argument('--skip-reference', action='store_true', help='leave out the one-image-at-a-time reference')
+    parser.add_argument('--profile', action='store_true',
+                        help='also break one call of each batched solver down by aten op (torch.profiler)')
     parser.add_argument('--out-dir', default='work_dirs/conditioner_cost')
     args = parser.parse_args(argv)
     methods = [m for m in METHODS if not (args.skip_reference and m[0] == 'reference (gram)')]
     machine = f'{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads'
     print(machine)
-    rows = [row for grid in args.grids for row in measure(*grid, args.repeats, methods)]
+    rows = [row for grid in args.grids for row in measure(*grid, args.repeats, methods, args.profile)]
     print(f'{"grid":>12} {"method":>22} {"ms":>9} {"x floor":>8} {"aten calls":>11} {"host reads":>11} {"passes":>7} '
-          f'{"peak (x X)":>10}')
+          f'{"peak (x X)":>10} {"gap to eigh":>11}')
     for row in rows:
         grid = f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]}'
         print(f'{grid:>12} {row["method"]:>22} {row["ms"]:9.1f} {row["floor_ratio"]:8.2f} {row["aten_ops"]:11d} '
-              f'{row["host_reads"]:11d} {row["passes"]:7.1f} {row["peak_extra"]:10.2f}')
+              f'{row["host_reads"]:11d} {row["passes"]:7.1f} {row["peak_extra"]:10.2f} '
+              f'{"" if row["gap_to_eigh"] is None else format(row["gap_to_eigh"], ".1e"):>11}')
+    for row in rows:
+        if row['profile']:
+            print(f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]} {row["method"]}, one call by op: '
+                  + ', '.join(f'{e["op"]} {e["ms"]:.1f} ms ({e["calls"]})' for e in row['profile']))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(osp.join(args.out_dir, 'conditioner_cost.json'), 'w') as f:
         json.dump(dict(command='python tools/benchmark/conditioner_cost.py ' + ' '.join(argv or sys.argv[1:]),
