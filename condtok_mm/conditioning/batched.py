@@ -102,7 +102,6 @@ class _Bands:
         # positions whose count is <= each edge: the first e valid tokens lie in the first `ends` positions
         self.ends = torch.searchsorted(count.contiguous(), edges.contiguous(), right=True)  # (S, d + 1)
         band = torch.where(mask, (count * m - 1).div(n_safe, rounding_mode='floor'), d)  # (S, L); d: no band
-        self.band = band
         stack = mask.shape[0]
         self.rows = (band + (d + 1) * torch.arange(stack, device=mask.device).unsqueeze(-1)).reshape(-1)
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy import optimize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from condtok_mm.conditioning import matrix_functions
@@ -39,14 +40,10 @@ def test_the_schedule_brings_every_eigenvalue_of_its_range_to_one_in_fewer_produ
     assert _NEWTON_SCHULZ_STEPS == matrix_functions.newton_schulz_schedule(SHIFT_FULL * TAU**2)
 
 
-def growth(x):
-    return sum(c * x ** (2 * k + 1) for k, c in enumerate(matrix_functions.GROWTH))
-
-
 def test_the_growth_step_never_grows_past_one_nor_collapses_the_top_and_grows_the_bottom_six_fold():
     # what the schedule assumes of it: a step maps [l, 1.02] into [min(p(l), GROWTH_FLOOR), 1]
     x = torch.linspace(0, 1.02, 2_000_001, dtype=torch.float64)
-    p = growth(x)
+    p = matrix_functions._growth(x)
     assert p.max() <= 1 + 1e-12
     rising = x <= 0.262
     assert (p[rising].diff() > 0).all() and (p[rising][1:] > x[rising][1:]).all()
@@ -62,7 +59,6 @@ def test_eigenvalues_up_to_two_percent_above_the_bound_still_converge():
 
 def test_the_growth_step_has_the_largest_slope_its_constraints_allow():
     # re-derived by the linear programme its comment describes: the shipped polynomial is within 1e-3 of its optimum
-    optimize = pytest.importorskip('scipy.optimize')
     x = np.unique(np.concatenate([np.linspace(0, 1.02, 20000)[1:], np.geomspace(1e-4, 1, 2000)]))
     powers = np.stack([x ** (2 * k + 1) for k in range(5)], 1)
     lower = np.minimum(x, 0.6)
