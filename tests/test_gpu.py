@@ -1,5 +1,6 @@
-"""What only a CUDA device can check: AMP training with the conditioner, per-window conditioning on the GPU,
-the hook's NCCL reduction. Marked `gpu`: skipped without CUDA; `make gpu-check` runs them."""
+"""What only a CUDA device can check with the OpenMMLab stack: AMP training with the conditioner, per-window
+conditioning on the GPU, the hook's NCCL reduction (the batched path's own CUDA tests, which need only torch, are in
+tests/conditioning/test_conditioning_cuda.py). Marked `gpu`: skipped without CUDA; `make gpu-check` runs them."""
 import os.path as osp
 
 import pytest
@@ -11,7 +12,7 @@ from mmengine.registry import init_default_scope
 from mmdet.testing import demo_mm_inputs
 
 import condtok_mm  # noqa: F401
-from condtok_mm.conditioning import condition_number, condition_tokens
+from condtok_mm.conditioning import condition_number
 from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe, records
 from condtok_mm.registry import MODELS
 from helpers.processes import free_port
@@ -147,65 +148,3 @@ def test_spectral_attention_on_cuda_matches_the_cpu_also_under_autocast(dtype, b
         torch.testing.assert_close(full.cpu(), reference, rtol=1e-4, atol=1e-4)
         assert torch.isfinite(low).all() and not torch.equal(low, full)  # autocast changed the arithmetic
         assert float((low.float().cpu() - reference).norm() / reference.norm()) <= bound
-
-
-def test_rank_deficient_tokens_condition_the_same_on_cuda_and_cpu():
-    """Several null directions per image (rank 20 of 48 channels) and a LayerNorm'd one (the ones vector): the
-    completion of the null space is canonical, so cuSOLVER's and LAPACK's eigenvector bases give one X + C."""
-    gen = torch.Generator().manual_seed(0)
-    low_rank = torch.randn(2, 300, 20, generator=gen) @ torch.randn(20, 48, generator=gen)
-    layer_normed = torch.nn.functional.layer_norm(torch.randn(2, 300, 48, generator=gen), (48, ))
-    # the batched path (each solver on both devices: its X + C is a spectral function of a full-rank matrix) and
-    # the reference's canonical completion
-    for options in (dict(solver='eigh'), dict(solver='newton_schulz'), dict(method='gram')):
-        for tokens in (low_rank, layer_normed):
-            grid = tokens.view(2, 15, 20, 48)
-            on_cpu = condition_tokens(grid, **options)
-            on_cuda = condition_tokens(grid.cuda(), **options)
-            torch.testing.assert_close(on_cuda.cpu(), on_cpu, rtol=1e-5, atol=1e-5 * float(on_cpu.abs().max()))
-            assert (condition_number(on_cuda.view(2, 300, 48).cpu().double()) <= 2 + 1e-3).all()
-
-
-def _padded_cuda_batch():
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.nn.functional.layer_norm(torch.randn(2, 24 * 40, 96, generator=gen), (96, )).cuda()
-    return tokens, torch.tensor([[24, 40], [17, 29]], device='cuda')
-
-
-@pytest.mark.gpu
-def test_batched_conditioner_runs_without_a_host_sync():
-    from condtok_mm.models.token_conditioner import TokenConditioner
-    conditioner = TokenConditioner()  # solver='auto': Newton-Schulz on CUDA; check='auto': deferred status
-    tokens, sizes = _padded_cuda_batch()
-    conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)  # warm-up: allocations, pinned buffer
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
-        out = conditioner(tokens, hw_shape=(24, 40), valid_shapes=sizes)
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
-    want = TokenConditioner(solver='eigh')(tokens.cpu(), hw_shape=(24, 40), valid_shapes=sizes.cpu())
-    torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.gpu
-def test_batched_conditioner_is_captured_in_a_cuda_graph():
-    from condtok_mm.models.token_conditioner import TokenConditioner
-    conditioner = TokenConditioner(solver='newton_schulz')
-    tokens, sizes = _padded_cuda_batch()
-    static_tokens, static_sizes = tokens.clone(), sizes.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on a side stream, as CUDA-graph capture requires
-        conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = conditioner(static_tokens, hw_shape=(24, 40), valid_shapes=static_sizes)
-    other = torch.nn.functional.layer_norm(torch.randn_like(tokens), (96, ))
-    static_tokens.copy_(other)
-    static_sizes.copy_(torch.tensor([[9, 40], [24, 3]], device='cuda'))
-    graph.replay()
-    torch.cuda.synchronize()
-    want = conditioner(other, hw_shape=(24, 40), valid_shapes=static_sizes.clone())
-    torch.testing.assert_close(static_out, want, rtol=1e-6, atol=1e-6)
