@@ -12,22 +12,21 @@ n >= d and orthonormal rows when n < d),
     u~ = u + rho E,   G~ = u~^T u~ = G + rho (u^T Z F^T + F Z^T u) + rho^2 F_m F_m^T,
     X + C = X + alpha (u~ (I + M) - u),   M = h(G~),
 
-with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta (SHIFT_FULL
-rho^2; on the Newton-Schulz path SHIFT rho^2 where n < d, whose lift falls short on directions below rho, so kappa
-there can exceed t by a relative amount of order SHIFT; eigh sets h = 0 on the d - n
-structural zeros instead):
-sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an
-upper bound on the largest singular value of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
+with h the spectral function of the mode evaluated at the eigenvalues lambda of G~ shifted by delta = SHIFT rho^2:
+sigma_max h = c / sqrt(lambda + delta), c = s~_1 / (t - 1) and s~_1 an upper bound on the largest singular value
+of u~; floor h = max(s~_1 / t - s, 0) / s, s = sqrt(lambda + delta).
 u~ has full rank for every token matrix short of a measure-zero set, so h(G~) is unique whatever basis an
 eigensolver picks (the result does not depend on the solver or the device) and continuous in X at every rank
-(constant tokens, an all-black image: rho -> 0 with X, no rank threshold, no completion). The shift keeps the
-directions that are zero by structure (n < d) and their round-off (eigenvalues ~ eps lambda_max) from being
-lifted (see SHIFT). Z^T u and Z F^T (I + M) cost O(N d): prefix sums at the band edges and a gather by band (no
-atomics: deterministic).
+(constant tokens, an all-black image: rho -> 0 with X, no rank threshold, no completion). Where n < d, G~ has
+d - n zero eigenvalues by structure, which no solver sees: the d x d matrix handed to it is then the token side's
+W W^T, W = Z^T u + rho F_m^T (u~'s rows in order, zero rows below n, whose diagonal gets rho^2), and
+u~ (I + M) = u~ + h(W W^T) W, since u~ h(u~^T u~) = h(u~ u~^T) u~ (see :func:`regularised_function`). Z^T u and
+Z F^T (I + M) cost O(N d): prefix sums at the band edges and a gather by band (no atomics: deterministic).
 
 Solvers. 'eigh': one batched eigh of the (S, d, d) stack (LAPACK on the CPU, exact and cheap; on CUDA cuSOLVER
 loops over the stack and reads its error info back: one host sync per call, not per image); on stacks of at most
-ACCURATE_ROWS x d rows the singular values are the column norms of u~ V, not sqrt(lambda). 'newton_schulz'
+ACCURATE_ROWS x d rows, and on the token side of every stack (n < d: W^T V is one d x d product), the singular
+values are the column norms of u~ V, not sqrt(lambda). 'newton_schulz'
 (sigma_max only): s~_1 from trace powers (:func:`.matrix_functions.largest_eigenvalue_bound`, an upper bound, so
 kappa(X + C) <= t holds by construction) and (G~ + delta I)^(-1/2) from a fixed number of coupled Newton-Schulz
 steps: matmuls only, no host sync, capturable in a CUDA graph.
@@ -48,12 +47,13 @@ from .modes import _grayed
 
 # rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
 TAU = 1e-5
-# delta = SHIFT rho^2 where n < d on the Newton-Schulz path: G~ then has d - n zero eigenvalues by structure, and
-# their round-off (about eps lambda_max) must not be inverted (the eigh path sets h = 0 on them instead, and the
-# L x L side of a stack with fewer rows than channels has none).
-# Where n >= d, G~ has full rank and delta = SHIFT_FULL rho^2 only keeps
-# h finite; its smallest eigenvalues can lie well below rho^2 when n is close to d (a square X: about rho^2 / n^2).
-SHIFT, SHIFT_FULL = 1e-4, 1e-10
+# delta = SHIFT rho^2 only keeps h finite: the matrix a solver sees has full rank (G~ where n >= d, the token side's
+# W W^T where n < d). G~ itself would have d - n zero eigenvalues by structure where n < d, whose round-off (about
+# eps lambda_max) a shift would have to hide, and a shift that large (1e-4 rho^2) left the true eigenvalues below it
+# short of their lift: where u is rank-deficient those of u~ can lie far below rho^2 (2.5e-3 rho^2 on a random rank
+# 47 row of 95 tokens of 96 channels), and kappa reached 2.05 there. The smallest eigenvalues can lie well below
+# rho^2 on either side (a square X: about rho^2 / n^2).
+SHIFT = 1e-10
 # Stacks of at most ACCURATE_ROWS x d token rows (windows, small images) take their singular values from u~ V rather
 # than from the eigenvalues (one more L x d x d product: cheap there, and where n is close to d the smallest
 # eigenvalue of G~, about rho^2 / n^2, is below eigh's resolution eps s_1^2 relative to it); taller stacks have
@@ -61,8 +61,8 @@ SHIFT, SHIFT_FULL = 1e-4, 1e-10
 # padded length, so an image alone and in a padded batch can differ by that resolution (far below float32's): the
 # price of keeping the product off large images.
 ACCURATE_ROWS = 4
-# Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT_FULL TAU^2 (||X||_F >= s_1).
-_NEWTON_SCHULZ_STEPS = newton_schulz_schedule(SHIFT_FULL * TAU**2)
+# Newton-Schulz steps to converge every eigenvalue >= delta / lambda_max >= SHIFT TAU^2 (||X||_F >= s_1).
+_NEWTON_SCHULZ_STEPS = newton_schulz_schedule(SHIFT * TAU**2)
 
 
 def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
@@ -172,28 +172,41 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
 
 def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, valid_count: torch.Tensor, mode: str,
                          alpha, target_kappa: float, solver: str, accurate: Optional[torch.Tensor] = None):
-    """M = h(G~) (S, d, d) and the band rows alpha rho F^T (I + M) (S, d bands, d) from G = u^T u and Z^T u (zero
-    where X is not finite), so that X + C = X (I + alpha M) + Z (band rows) in u's units (see the module).
-    ``accurate``: u itself, for stacks short enough to take their singular values from u~ V (ACCURATE_ROWS)."""
+    """M = h(G~) (S, d, d) and the band rows (S, d bands, d) from G = u^T u and Z^T u (zero where X is not finite),
+    so that X + C = X (I + alpha M) + Z (band rows) in u's units (see the module). ``accurate``: u itself, for
+    stacks short enough to take their singular values from u~ V (ACCURATE_ROWS).
+
+    Where n >= d: h of the d x d G~, and the band rows alpha rho F^T (I + M). Where n < d the bands are single
+    tokens, so Z^T u is u's valid rows in order (zero below row n) and u~'s rows are those of
+    W = Z^T u + rho F_live^T; h is taken on the token side, of W W^T (its rows past n, zero, get rho^2 on the
+    diagonal: an eigenvalue below s~_1^2 that W's zero rows annihilate), so that G~'s d - n structural zeros never
+    reach a solver: M = 0 and the band rows alpha (rho F_live^T + h(W W^T) W), since u~ h(u~^T u~) = h(u~ u~^T) u~.
+    Both sides are d x d, so one solver call serves the stack."""
     d = gram.shape[-1]
     eye = torch.eye(d, dtype=torch.float64, device=gram.device)
     dct = _channel_candidates(d, d, gram.device)  # F: column j is the j-th DCT-II vector
     rho = TAU * gram.diagonal(dim1=-2, dim2=-1).sum(-1).sqrt()
+    tokens_side = (valid_count < d)[:, None, None]
     cross = zu.transpose(-1, -2) @ dct.T  # u^T E = u^T Z F^T
-    live_dct = dct * bands.live.unsqueeze(-2)
-    gram_reg = (gram + rho[:, None, None] * (cross + cross.transpose(-1, -2))
-                + (rho**2)[:, None, None] * (live_dct @ dct.T))
-    delta = torch.where(valid_count < d, SHIFT, SHIFT_FULL) * rho**2
-    # eigh knows which eigenvalues are zero by structure: the d - n smallest (n < d). They get h = 0, and the others
-    # only the tiny full-rank shift, so kappa <= t holds to round-off also where n < d.
-    structural = torch.arange(d, device=gram.device) < (d - valid_count).unsqueeze(-1)
+    # where n >= d every band exists, so rho^2 E^T E = rho^2 F F^T = rho^2 I
+    channel_gram = gram + rho[:, None, None] * (cross + cross.transpose(-1, -2)) + (rho**2)[:, None, None] * eye
+    live_dct = dct.T * bands.live.unsqueeze(-1)  # F_live^T: row j is the j-th DCT-II vector where band j exists
+    token_rows = zu + rho[:, None, None] * live_dct  # W: u~'s rows, in order, where n < d
+    token_gram = torch.baddbmm(torch.diag_embed((~bands.live) * (rho**2).unsqueeze(-1)), token_rows,
+                               token_rows.transpose(-1, -2))
 
-    def project(v):  # u~ V = u V + rho Z (F^T V)
-        return accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)
-    m_matrix = _spectral_function(gram_reg, rho, delta, structural, mode, target_kappa, solver,
-                                  None if accurate is None else project)
-    # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M)
-    return m_matrix, (dct.T @ (eye + m_matrix)) * (alpha * rho)[:, None, None]
+    def column_squares(v, lam):  # of W^T V (one d x d product), or of u~ V = u V + rho Z F^T V (or lambda)
+        channel_side = lam.clamp_min(0) if accurate is None else \
+            (accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)).square().sum(-2)
+        return torch.where(tokens_side[:, 0], (token_rows.transpose(-1, -2) @ v).square().sum(-2), channel_side)
+    h = _spectral_function(torch.where(tokens_side, token_gram, channel_gram), rho, mode, target_kappa, solver,
+                           column_squares)
+    zero = torch.zeros((), dtype=torch.float64, device=gram.device)
+    # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M) where n >= d; one product for both sides
+    left = torch.where(tokens_side, h, rho[:, None, None] * dct.T)
+    right = torch.where(tokens_side, token_rows, h)
+    rows = torch.baddbmm(torch.where(tokens_side, live_dct, dct.T) * rho[:, None, None], left, right)
+    return torch.where(tokens_side, zero, h), rows * alpha
 
 
 def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver):
@@ -225,9 +238,9 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     regularised = torch.where(finite[:, None, None], u, zero) + rho[:, None, None] * tokens_dct  # u~
     gram_reg = regularised @ regularised.transpose(-1, -2)
     gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
-    no_structural_zero = torch.zeros(gram_reg.shape[:-1], dtype=torch.bool, device=x.device)  # on this side
-    m_matrix = _spectral_function(gram_reg, rho, SHIFT_FULL * rho**2, no_structural_zero, mode, target_kappa, solver,
-                                  lambda w: regularised.transpose(-1, -2) @ w)  # u~^T W: its norms are u~'s s
+    # the column norms of u~^T W are u~'s singular values
+    m_matrix = _spectral_function(gram_reg, rho, mode, target_kappa, solver,
+                                  lambda w, lam: (regularised.transpose(-1, -2) @ w).square().sum(-2))
     correction = rho[:, None, None] * tokens_dct + m_matrix @ regularised  # C / alpha, in u's units
     if scale is not None:
         correction = correction * scale[:, None, None]
@@ -244,13 +257,14 @@ def _grayed_function(gram: torch.Tensor, epsilon: float) -> torch.Tensor:
     return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
-def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver, project=None):
-    """M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``: 'newton_schulz' (sigma_max) shifts by ``delta``;
-    'eigh' shifts by SHIFT_FULL rho^2 and sets h = 0 on the eigenvalues marked ``structural`` (S, k), in ascending
-    order (see the module). ``project(V)``, where given, is u~ V for G~ = u~^T u~ (or u~^T V on the other side): the
-    singular values are then the norms of its columns, accurate to eps s_1 where s = sqrt(lambda) is only accurate
-    to eps s_1^2 / s (on a square, rank-deficient window, kappa from sqrt(lambda) misses the bound in its third
-    digit)."""
+def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
+    """M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``, full rank (no structural zeros: where n < d
+    they are taken on the token side), each shifted by delta = SHIFT rho^2 (see the module). 'newton_schulz' is for
+    sigma_max only. ``column_squares(V, lambda)``: the squares of the singular values that eigh's eigenvectors V and
+    eigenvalues lambda give, either lambda or the squared column norms of u~ V for G~ = u~^T u~ (of u~^T V on the
+    token side), accurate to eps s_1 where s = sqrt(lambda) is only accurate to eps s_1^2 / s (on a square,
+    rank-deficient window, kappa from sqrt(lambda) misses the bound in its third digit)."""
+    delta = SHIFT * rho**2
     if solver == 'newton_schulz':
         upper = largest_eigenvalue_bound(gram)
         c = upper.sqrt() / (target_kappa - 1)
@@ -258,11 +272,11 @@ def _spectral_function(gram, rho, delta, structural, mode, target_kappa, solver,
         shifted = gram + delta[:, None, None] * eye
         return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
     lam, v = torch.linalg.eigh(gram)
-    squares = lam.clamp_min(0) if project is None else project(v).square().sum(-2)
-    s = (squares + (SHIFT_FULL * rho**2).unsqueeze(-1)).sqrt()
+    squares = column_squares(v, lam)
+    s = (squares + delta.unsqueeze(-1)).sqrt()
     s1 = lam[..., -1:].clamp_min(0).sqrt()
     lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
-    h = torch.where((s > 0) & ~structural, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
+    h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
     return (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 

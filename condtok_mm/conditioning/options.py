@@ -38,8 +38,10 @@ class ConditioningOptions:
             paper's value).
         detach (bool): treat C as a constant in backward, so the gradient w.r.t. the tokens is the identity (the
             paper is silent; the cheaper, always well-defined choice). With False the gradient flows through the
-            SVD on the float64 reference path; (nearly) null or repeated singular directions contribute no
-            gradient instead of an infinite one. Default: True.
+            SVD on the float64 reference path (method='gram' where method='batched'), which then also runs where
+            no gradient is wanted (evaluation), so that a model evaluates the function it was trained with;
+            (nearly) null or repeated singular directions contribute no gradient instead of an infinite one.
+            Default: True.
         method (str): 'batched' (one masked program for the whole padded batch, :mod:`.batched`), 'gram' or 'svd'
             (the float64 reference, one image at a time, :mod:`.reference`). Default: 'batched'.
         centred (bool): condition X on the complement of the all-ones channel vector only, which is what the

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import BOUNDING_MODES, condition_number, condition_tokens, token_correction
+from condtok_mm.conditioning import (BOUNDING_MODES, condition_number, condition_token_windows, condition_tokens,
+                                     condition_valid_regions, token_correction)
 from condtok_mm.conditioning.completion import _bands
 from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
 from helpers.precision import low_precision_check
@@ -192,6 +193,26 @@ def test_gradient_through_correction_matches_autograd_of_svd(mode):
     ours, = torch.autograd.grad((condition_tokens(x, mode=mode, detach=False) * weight).sum(), x)
     theirs, = torch.autograd.grad((reference(x) * weight).sum(), x)
     torch.testing.assert_close(ours, theirs)
+
+
+
+@pytest.mark.parametrize('mode', BOUNDING_MODES)
+def test_detach_false_evaluates_the_function_it_trains(mode):
+    # LayerNorm'd tokens are rank-deficient, where the batched path and the reference complete the null directions
+    # differently (28 % of ||C|| apart here with sigma_max, 89 % with floor): the output must not depend on
+    # whether the tokens require grad
+    torch.manual_seed(0)
+    grid = torch.nn.functional.layer_norm(torch.randn(2, 6, 7, 16, dtype=torch.float64), (16, ))
+    calls = {
+        'tokens': lambda t: condition_tokens(t, mode=mode, detach=False),
+        'valid regions': lambda t: condition_valid_regions(t, [(6, 7), (4, 5)], mode=mode, detach=False),
+        'windows': lambda t: condition_token_windows(t.flatten(1, 2), (6, 7), 4, 2, mode=mode, detach=False),
+    }
+    for name, call in calls.items():
+        trained = call(grid.clone().requires_grad_())
+        with torch.no_grad():
+            evaluated = call(grid)
+        torch.testing.assert_close(trained.detach(), evaluated, rtol=0, atol=1e-12, msg=name)
 
 
 @pytest.mark.parametrize('mode', BOUNDING_MODES)

@@ -10,7 +10,7 @@ from scipy import optimize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from condtok_mm.conditioning import matrix_functions
-from condtok_mm.conditioning.batched import _NEWTON_SCHULZ_STEPS, SHIFT_FULL, TAU
+from condtok_mm.conditioning.batched import _NEWTON_SCHULZ_STEPS, SHIFT, TAU
 
 PLAIN_STEPS = 62  # the unscaled cubic iteration p -> p (3 - p)^2 / 4 from 1e-20 to within 1e-15 of 1
 
@@ -37,7 +37,7 @@ def test_the_schedule_brings_every_eigenvalue_of_its_range_to_one_in_fewer_produ
     assert (1 - run_schedule(x, steps) ** 2).abs().max() <= 1e-15 + 4 * torch.finfo(torch.float64).eps
     assert 5 * len(steps) < 3 * plain_steps(smallest)
     assert plain_steps(1e-20) == PLAIN_STEPS and len(matrix_functions.newton_schulz_schedule(1e-20)) == 15
-    assert _NEWTON_SCHULZ_STEPS == matrix_functions.newton_schulz_schedule(SHIFT_FULL * TAU**2)
+    assert _NEWTON_SCHULZ_STEPS == matrix_functions.newton_schulz_schedule(SHIFT * TAU**2)
 
 
 def test_the_growth_step_never_grows_past_one_nor_collapses_the_top_and_grows_the_bottom_six_fold():

@@ -90,6 +90,19 @@ def test_window_scope_passes_the_gradient_of_every_token():
     torch.testing.assert_close(tokens.grad, torch.arange(8.).expand(2, 42, 8))  # detach=True: C is constant
 
 
+
+@pytest.mark.parametrize('scope', [dict(scope='image'), dict(scope='window', window_size=4)])
+def test_detach_false_conditions_alike_in_training_and_evaluation(scope):
+    # the gradient through the SVD runs on the reference; evaluation (no gradient) must run the same function
+    # there, not the batched path, whose null-space completion differs on these rank-deficient tokens
+    conditioner = MODELS.build(dict(type='TokenConditioner', detach=False, **scope))
+    tokens = torch.nn.functional.layer_norm(torch.randn(2, 7 * 6, 8, dtype=torch.float64), (8, ))
+    trained = conditioner.train()(tokens.clone().requires_grad_(), hw_shape=(7, 6))
+    with torch.no_grad():
+        evaluated = conditioner.eval()(tokens, hw_shape=(7, 6))
+    torch.testing.assert_close(trained.detach(), evaluated, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize('cfg, message', [
     (dict(scope='windows'), r"^TokenConditioner: scope='windows' is invalid; use one of 'image', 'window'$"),
     (dict(scope='window'), r'^TokenConditioner: window_size=None is invalid; use an integer >= 1 \(the side of '
