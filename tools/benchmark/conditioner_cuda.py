@@ -170,6 +170,12 @@ def measure_grid(height: int, width: int, channels: int, batch: int, repeats: in
             if execution != 'eager' and time.monotonic() > deadline:
                 row['error'] = 'skipped: past the time budget (--budget-s)'
                 continue
+            eager = next(r for r in rows if r['method'] == label and r['execution'] == 'eager')
+            if execution == 'graph' and eager.get('sync_error', 'not measured') is not None:
+                # a call that waits on the host cannot be captured, and a failed capture can leave the device's
+                # stream unusable for the rows after it
+                row['error'] = 'skipped: the eager call is not sync-free, so it cannot be captured'
+                continue
             try:
                 with torch.no_grad():
                     call = method_call(label, grid, sizes)
