@@ -4,6 +4,7 @@ from unittest import mock
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from condtok_mm.conditioning import condition_number, condition_token_windows, condition_valid_regions
 from condtok_mm.conditioning import grids, two_pass
@@ -39,6 +40,38 @@ def test_equals_the_one_program_path_over_many_chunks(seven_row_chunks, mode, so
     torch.testing.assert_close(out, finish(x, conditioned, mask), rtol=2e-6, atol=1e-6)
     assert torch.equal(out[~mask], x[~mask])
     assert torch.equal(status, expected_status) and status.tolist() == [FINE] * 4
+
+
+@pytest.mark.parametrize('rows', [1, 63, 64, 65, 150, 64 * 64 + 3, 3 * 64**3 // 8])
+def test_running_sums_are_the_cumsum_exactly_on_integers(rows):
+    # integer-valued float64 sums are exact in any order, so the blocked scan must equal cumsum bit for bit
+    x = torch.randint(-1000, 1000, (2, rows, 3), generator=torch.Generator().manual_seed(rows)).double()
+    assert torch.equal(two_pass.running_sums(x, 64), x.cumsum(1))
+
+
+class _ScanLengths(TorchDispatchMode):
+    """The length of every cumsum along a dim other than the last (the ones CUDA runs as a sequential loop)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lengths = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten.cumsum and args[1] % args[0].dim() != args[0].dim() - 1:
+            self.lengths.append(args[0].shape[args[1]])
+        return func(*args, **(kwargs or {}))
+
+
+def test_chunks_longer_than_a_scan_block_are_scanned_in_blocks_with_the_same_result(monkeypatch):
+    monkeypatch.setitem(two_pass.CHUNK_ELEMENTS, 'cpu', 150 * 16)  # chunks of 150 and 50 rows
+    monkeypatch.setitem(two_pass.SCAN_BLOCK, 'cpu', 64)  # CUDA's blocks
+    x = layer_normed(2, 200, 16)
+    mask = torch.arange(200) < torch.tensor([[200], [131]])
+    with _ScanLengths() as scans:
+        out, _ = two_pass.condition_two_pass(x, mask, 'sigma_max', 1.0, 2.0, 'newton_schulz')
+    assert scans.lengths and max(scans.lengths) <= 64, scans.lengths
+    conditioned, _ = condition_masked(x, mask, 'sigma_max', 1.0, 2.0, 0.95, 'newton_schulz')
+    torch.testing.assert_close(out, finish(x, conditioned, mask), rtol=2e-6, atol=1e-6)
 
 
 def test_alpha_zero_gives_the_tokens_exactly(seven_row_chunks):

@@ -120,7 +120,8 @@ def main(argv=None):
     parser.add_argument('--repeats', type=int, help='timed calls per method (default: 5 on the CPU, 20 on CUDA)')
     parser.add_argument('--skip-reference', action='store_true', help='leave out the one-image-at-a-time reference')
     parser.add_argument('--profile', action='store_true',
-                        help='also break one call of each batched solver down by aten op (torch.profiler)')
+                        help='also break one call of each batched solver down by aten op on the CPU, by kernel on '
+                        'CUDA (the first batch size; torch.profiler)')
     parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
     parser.add_argument('--batches', nargs='+', type=int, default=[2, 8],
                         help='batch sizes on CUDA (default: 2 8; the CPU measures B = 2)')
@@ -173,15 +174,17 @@ def main(argv=None):
 
 
 def commit() -> str:
-    """The checkout's commit (and '-dirty' with uncommitted changes), or $CONDTOK_COMMIT where there is no git
-    history (a copy of the working tree on another machine)."""
+    """$CONDTOK_COMMIT where it is set (a copy of the working tree on another machine, whose git metadata, if any,
+    need not be the tree's), else the checkout's commit (and '-dirty' with uncommitted changes)."""
+    if os.environ.get('CONDTOK_COMMIT'):
+        return os.environ['CONDTOK_COMMIT']
     try:
         root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
         head = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True, text=True, check=True)
         dirty = subprocess.run(['git', '-C', root, 'status', '--porcelain'], capture_output=True, text=True).stdout
         return head.stdout.strip() + ('-dirty' if dirty.strip() else '')
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get('CONDTOK_COMMIT', 'unknown')
+        return 'unknown'
 
 
 def main_cuda(args, argv):
@@ -200,7 +203,8 @@ def main_cuda(args, argv):
     cases = [(grid, batch) for grid in args.grids for batch in args.batches]
     for (height, width, channels), batch in tqdm(cases, desc='grids x batches', file=sys.stderr):
         executions = EXECUTIONS if batch in args.compile_batches else tuple(e for e in EXECUTIONS if e != 'compile')
-        measure_grid(height, width, channels, batch, args.repeats, executions, deadline=deadline, progress=save)
+        measure_grid(height, width, channels, batch, args.repeats, executions, deadline=deadline, progress=save,
+                     profiled=PROFILED if args.profile and batch == args.batches[0] else ())
     print(result['machine'])
     print(f'{"grid":>12} {"B":>2} {"method":>22} {"execution":>9} {"ms/image":>9} {"kernels":>8} {"syncs":>6} '
           f'{"sync-free":>9} {"peak (x X)":>10} {"kappa max":>9} {"gap to eigh":>11}')
@@ -214,6 +218,10 @@ def main_cuda(args, argv):
               f'{"yes" if row.get("sync_error") is None else "no":>9} {row.get("peak_extra", float("nan")):10.2f} '
               f'{"" if row["kappa_max"] is None else format(row["kappa_max"], ".6f"):>9} '
               f'{"" if row.get("gap_to_eigh") is None else format(row["gap_to_eigh"], ".1e"):>11}')
+    for row in result['rows']:
+        if row.get('profile'):
+            print(f'{row["grid"][0]}x{row["grid"][1]}x{row["channels"]} B {row["batch"]} {row["method"]}, one call by '
+                  'kernel: ' + ', '.join(f'{e["kernel"][:60]} {e["ms"]:.2f} ms ({e["calls"]})' for e in row['profile']))
     plot_cuda(result['rows'], osp.join(args.out_dir, 'conditioner_cost.png'), result['machine']['device'])
     print(f'wrote conditioner_cost.json and conditioner_cost.png in {args.out_dir}')
 

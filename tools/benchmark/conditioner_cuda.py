@@ -20,6 +20,7 @@ float32, the largest kappa of a conditioned valid region (float64 SVD), and for 
 """
 import statistics
 import time
+import traceback
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -145,6 +146,18 @@ def peak_extra(call: Callable[[], torch.Tensor], x_bytes: int) -> float:
     return peak / x_bytes
 
 
+def kernel_profile(call: Callable[[], torch.Tensor], rows: int = 8) -> List[Dict]:
+    """The kernels that take the most GPU time in one call (torch.profiler): name, ms, launches."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        call()
+        torch.cuda.synchronize()
+    events = [e for e in profiler.key_averages() if getattr(e, 'self_device_time_total', 0) > 0]
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    return [dict(kernel=e.key[:120], ms=e.self_device_time_total / 1e3, calls=e.count) for e in events[:rows]]
+
+
 def largest_kappa(out: torch.Tensor, sizes: torch.Tensor) -> float:
     """The largest kappa of a conditioned valid region of ``out`` (float64 singular values)."""
     return max(float(conditioning.condition_number(out[b, :h, :w].reshape(h * w, -1)))
@@ -152,12 +165,13 @@ def largest_kappa(out: torch.Tensor, sizes: torch.Tensor) -> float:
 
 
 def measure_grid(height: int, width: int, channels: int, batch: int, repeats: int, executions=EXECUTIONS,
-                 labels=tuple(METHODS), deadline: float = float('inf'), progress=None, device: str = 'cuda'
-                 ) -> List[Dict]:
+                 labels=tuple(METHODS), deadline: float = float('inf'), progress=None, device: str = 'cuda',
+                 profiled=()) -> List[Dict]:
     """One row per method and execution at this grid and batch (see the module docstring), each passed to
     ``progress`` as it is made. Executions other than eager are skipped (and say so) once ``time.monotonic()``
     passes ``deadline``. ``device='cpu'`` runs the same rows without what only CUDA has (graphs, sync checks, kernel
-    counts, peak memory): a rehearsal of the script where there is no GPU."""
+    counts, peak memory): a rehearsal of the script where there is no GPU. The eager rows of the methods in
+    ``profiled`` also list their costliest kernels (CUDA only)."""
     grid, sizes = padded_grids(height, width, channels, batch, device)
     x_bytes = grid.numel() * 4
     rows, outputs = [], {}
@@ -193,12 +207,15 @@ def measure_grid(height: int, width: int, channels: int, batch: int, repeats: in
                     if device == 'cuda':
                         row['sync_error'] = runs_without_sync(call) if execution != 'graph' else None
                         row['peak_extra'] = peak_extra(call, x_bytes)
+                        if execution == 'eager' and label in profiled:
+                            row['profile'] = kernel_profile(call)
                     out = call().clone()
                     row['kappa_max'] = largest_kappa(out, sizes) if label in BOUNDED else None
                     if execution == 'eager':
                         outputs[label] = out
             except Exception as error:  # recorded beside the others: a path that cannot run is a result here
                 row['error'] = f'{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ""}'
+                row['traceback_tail'] = traceback.format_exc()[-2000:]
             if progress is not None:
                 progress(row)
     if 'batched, eigh' in outputs:
