@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conditioner's checks that need a CUDA device and nothing but torch (and timm for the backbone step), for a GPU
 # machine without the OpenMMLab stack (tools/gpu_check.sh needs `make install`'s environment): in order,
-#   1. tools/benchmark/conditioner_cost.py --device cuda (eigh and Newton-Schulz eager, compiled and from a CUDA
+#   1. tools/benchmark/conditioner_cost.py --device cuda --profile (eigh and Newton-Schulz eager, compiled and from a CUDA
 #      graph, beside the float64 floor and the SVD forms; Swin-T and ViTDet-B token grids, B = 2 and 8);
 #   2. the tests of tests/conditioning/test_conditioning_cuda.py (no host sync, CUDA-graph capture, torch.compile,
 #      fp16/bf16 autocast, CPU parity), with condtok_mm.conditioning imported on its own (-p bare_torch);
@@ -24,7 +24,7 @@ if [ "$("$PYTHON" -c 'import torch; print(int(torch.cuda.is_available()))')" != 
 fi
 mkdir -p "$OUT_DIR"
 status=0
-"$PYTHON" tools/benchmark/conditioner_cost.py --device cuda --budget-s "$BUDGET_S" \
+"$PYTHON" tools/benchmark/conditioner_cost.py --device cuda --profile --budget-s "$BUDGET_S" \
     --out-dir "$OUT_DIR/conditioner_cost" || status=1
 PYTHONPATH=tools/benchmark${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" -m pytest -p bare_torch --noconftest \
     -p no:cacheprovider tests/conditioning/test_conditioning_cuda.py --junitxml="$OUT_DIR/gpu_tests.xml" || status=1
