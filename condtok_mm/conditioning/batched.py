@@ -66,7 +66,14 @@ _NEWTON_SCHULZ_STEPS = newton_schulz_schedule(SHIFT * TAU**2)
 
 
 def resolve_solver(solver: str, mode: str, device: torch.device) -> str:
-    """'auto' -> 'newton_schulz' for sigma_max on CUDA, 'eigh' otherwise."""
+    """'auto' -> 'newton_schulz' for sigma_max on CUDA, 'eigh' otherwise.
+
+    Measured on an H200 with torch 2.11 (docs/en/benchmarks.md, tools/benchmark/conditioner_cost.py --device cuda):
+    Newton-Schulz is the only solver without a host sync (cuSOLVER's eigh reads its error codes back), so the only
+    one a CUDA graph captures and the only one that exports; it was faster at ViTDet-B's size (64 x 64 tokens, d 768)
+    and as fast at Swin-T's (200 x 336, d 96) in eager mode, where compiled eigh was faster. torch 2.11 predates
+    torch 2.12's batched CUDA eigh (up to 100x faster above 32 x 32): on torch >= 2.12, where host syncs do not
+    matter, solver='eigh' may be the faster choice; measure it with that script."""
     if solver != 'auto':
         return solver
     return 'newton_schulz' if mode == 'sigma_max' and device.type == 'cuda' else 'eigh'

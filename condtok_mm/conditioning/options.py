@@ -50,7 +50,8 @@ class ConditioningOptions:
         epsilon (float): Token Graying's exponent, 0 < epsilon <= 1 ('graying' and 'graying_dct' only; smaller is
             stronger, 1 only rescales s_1 to 1). Default: 0.95 (the authors' default).
         solver (str): the batched path's spectral solver: 'eigh', 'newton_schulz' ('sigma_max' only; matmuls, no
-            host sync) or 'auto' (Newton-Schulz for 'sigma_max' on CUDA, eigh otherwise). Default: 'auto'.
+            host sync) or 'auto' (Newton-Schulz for 'sigma_max' on CUDA, eigh otherwise; chosen from measurements on
+            torch 2.11, before its faster batched CUDA eigh: :func:`.batched.resolve_solver`). Default: 'auto'.
         check (bool or str): when non-finite tokens (in, or out of float16's range) raise on the batched path:
             True at once, False never, 'auto' at once on the CPU and deferred to a later call on CUDA (no host
             sync; :mod:`.diagnostics`). Default: 'auto'.
