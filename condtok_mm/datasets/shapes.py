@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 from pycocotools import mask as mask_utils
 
 SHAPE_CLASSES = ('circle', 'square', 'triangle', 'star')
-SPLIT_SEEDS = {'train': 0, 'val': 1}
+SPLIT_SEEDS = {'train': 0, 'val': 1, 'test': 2}
 # An instance is only placed if every earlier instance keeps at least this fraction of its area visible.
 MIN_VISIBLE_FRACTION = 0.5
 # The shortest image side that holds a shape: each is 8-22 % of the shorter side across and at least 40 pixels.
@@ -113,29 +113,33 @@ def _annotation(mask: np.ndarray, ann_id: int, image_id: int, category_id: int) 
 
 
 def make_shapes_dataset(root: str, num_train: int = 200, num_val: int = 50,
-                        image_size: Tuple[int, int] = (128, 128), seed: int = 0) -> Dict[str, str]:
+                        image_size: Tuple[int, int] = (128, 128), seed: int = 0, num_test: int = 0) -> Dict[str, str]:
     """Write ``root/{train,val}/*.png``, ``root/annotations/instances_{train,val}.json`` and the semantic label
-    maps ``root/semantic/{train,val}/*.png`` (for mmseg; 0 is the background, i the i-th class).
+    maps ``root/semantic/{train,val}/*.png`` (for mmseg; 0 is the background, i the i-th class), and the same for a
+    ``test`` split where ``num_test`` > 0.
 
     Args:
         root (str): output folder (created).
         num_train (int): number of training images. Default: 200.
         num_val (int): number of validation images. Default: 50.
         image_size (tuple[int, int]): (height, width). Default: (128, 128).
-        seed (int): base seed; split s uses ``seed * 1000 + SPLIT_SEEDS[s]``. Default: 0.
+        seed (int): base seed; split s uses ``seed * 1000 + SPLIT_SEEDS[s]``, so each split is drawn from its own
+            stream: adding a test split changes no image of the others. Default: 0.
+        num_test (int): number of held-out test images (none written for 0). Default: 0.
 
     Returns:
         dict: split name -> annotation file path.
     """
     height, width = image_size
-    if min(num_train, num_val) < 0 or min(height, width) < MIN_IMAGE_SIDE:
-        raise ValueError(f'make_shapes_dataset: num_train={num_train}, num_val={num_val}, image_size={image_size}: '
-                         f'counts cannot be negative, and each side needs at least {MIN_IMAGE_SIDE} pixels to hold a '
-                         'shape')
+    if min(num_train, num_val, num_test) < 0 or min(height, width) < MIN_IMAGE_SIDE:
+        raise ValueError(f'make_shapes_dataset: num_train={num_train}, num_val={num_val}, num_test={num_test}, '
+                         f'image_size={image_size}: counts cannot be negative, and each side needs at least '
+                         f'{MIN_IMAGE_SIDE} pixels to hold a shape')
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(SHAPE_CLASSES)]
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
     ann_files = {}
-    for split, count in (('train', num_train), ('val', num_val)):
+    splits = [('train', num_train), ('val', num_val)] + ([('test', num_test)] if num_test else [])
+    for split, count in splits:
         rng = np.random.default_rng(seed * 1000 + SPLIT_SEEDS[split])
         os.makedirs(osp.join(root, split), exist_ok=True)
         os.makedirs(osp.join(root, 'semantic', split), exist_ok=True)
