@@ -23,6 +23,7 @@ from .results import read_json
 
 FINGERPRINT_FILE = 'suite_cell.json'
 FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
+HELD_OUT_KEY = 'test_options'  # in the fingerprint of a cell tested on a held-out split only
 INPUT_KEYS = ('checkpoint', 'load_from', 'ann_file')  # config keys naming a file the cell reads
 SHOWN_CONFIG_KEYS = 6  # differing config keys named in a message (the shallowest first); the rest are counted
 
@@ -77,11 +78,19 @@ def file_digest(path, root):
 
 
 def fingerprint(cell, root):
-    """The cell's fingerprint; ``root`` is the directory its commands run in (relative paths start there)."""
+    """The cell's fingerprint; ``root`` is the directory its commands run in (relative paths start there). A cell
+    tested on a held-out split also records its test options and the files they name (the test's annotation
+    files); other cells' fingerprints are as they always were."""
     cfg = canonical(resolved_config(cell.config_path, cell.options).to_dict())
     inputs = {key: dict(path=path, digest=file_digest(path, root)) for key, path in input_files(cfg).items()}
-    return dict(config=cfg, options=list(cell.options), seed=cell.seed, lr=cell.lr, version=__version__,
-                inputs=inputs)
+    record = dict(config=cfg, options=list(cell.options), seed=cell.seed, lr=cell.lr, version=__version__,
+                  inputs=inputs)
+    if cell.test_options:
+        test_cfg = canonical(resolved_config(cell.config_path, [*cell.options, *cell.test_options]).to_dict())
+        record[HELD_OUT_KEY] = list(cell.test_options)
+        record['inputs'].update({f'test:{key}': dict(path=path, digest=file_digest(path, root))
+                                 for key, path in input_files(test_cfg).items() if key.startswith('test_')})
+    return record
 
 
 def fingerprint_path(cell):
@@ -102,16 +111,17 @@ def source_commit(root):
     return head.stdout.strip() + ('+changes' if changed else '')
 
 
-def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None):
+def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoint_sha256=None):
     """Record the cell's fingerprint in its work dir, and beside it the commit its commands run, the seconds its
-    train and test commands have taken so far and the kind of CPU they run on (model and vector instructions; None:
-    not known). The CPU is not part of the fingerprint, but a cell reruns bit-identically only on the same kind
-    (docs/en/studies/repeatability.md)."""
+    train and test commands have taken so far, the kind of CPU they run on (model and vector instructions; None:
+    not known) and the SHA-256 of the checkpoint it was tested with (None until then). The CPU is not part of the
+    fingerprint, but a cell reruns bit-identically only on the same kind (docs/en/studies/repeatability.md); the
+    checkpoint's digest lets that be checked."""
     os.makedirs(cell.work_dir, exist_ok=True)
     path = fingerprint_path(cell)
     with open(path + '.tmp', 'w') as f:
         json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu,
-                       **record), f, indent=1)
+                       checkpoint_sha256=checkpoint_sha256, **record), f, indent=1)
     os.replace(path + '.tmp', path)  # never a half-written record
 
 
@@ -133,7 +143,9 @@ def cell_record(cell):
 def recorded_fingerprint(cell):
     """The fingerprint the cell's work dir records, or None where it records none."""
     record = cell_record(cell)
-    return None if record is None else {key: record.get(key) for key in FINGERPRINT_KEYS}
+    if record is None:
+        return None
+    return {key: record.get(key) for key in FINGERPRINT_KEYS + ((HELD_OUT_KEY, ) if HELD_OUT_KEY in record else ())}
 
 
 def flatten(value, prefix=''):
@@ -167,6 +179,8 @@ def differences(recorded, current):
     for key in ('seed', 'lr', 'version'):
         if recorded[key] != current[key]:
             lines.append(f'{key}: {recorded[key]!r} recorded, {current[key]!r} now')
+    if recorded.get(HELD_OUT_KEY) != current.get(HELD_OUT_KEY):
+        lines.append(f'test options: {recorded.get(HELD_OUT_KEY)!r} recorded, {current.get(HELD_OUT_KEY)!r} now')
     if recorded['inputs'] is None:
         lines.append('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather or resume '
                      'it with the commit it ran at, or --rerun-changed)')

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
 from condtok_mm.utils.machine import cpu_kind
-from .fingerprint import cell_record, source_commit, write_fingerprint
+from .fingerprint import cell_record, file_digest, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import cell_state, evaluation, log_tail
 
@@ -39,13 +39,14 @@ def commands(cell, args, slot, root):
     config = cell.config_path
     test_dir = osp.join(cell.work_dir, 'test')
     options = ['--cfg-options', *cell.options]
+    test_options = [*options, *cell.test_options]
     resume = ['--resume'] if cell.resume else []
     checkpoint = cell.checkpoint
     if args.launcher == 'none':
         threads = str(max(1, usable_cpus() // args.jobs))
         env = dict(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         train = [sys.executable, tool(root, 'train.py'), config, '--work-dir', cell.work_dir, *resume, *options]
-        test = [sys.executable, tool(root, 'test.py'), config, checkpoint, '--work-dir', test_dir, *options]
+        test = [sys.executable, tool(root, 'test.py'), config, checkpoint, '--work-dir', test_dir, *test_options]
     elif args.launcher == 'pytorch':
         threads = str(max(1, usable_cpus() // (args.jobs * args.nproc)))
         env = dict(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PORT=str(29500 + slot),
@@ -53,13 +54,13 @@ def commands(cell, args, slot, root):
         train = ['bash', tool(root, 'dist_train.sh'), config, str(args.nproc), '--work-dir', cell.work_dir, *resume,
                  *options]
         test = ['bash', tool(root, 'dist_test.sh'), config, checkpoint, str(args.nproc), '--work-dir', test_dir,
-                *options]
+                *test_options]
     else:
         job = f'{cell.variant}-{lr_name(cell.lr)}-seed{cell.seed}'
         env = dict(GPUS=str(args.nproc), GPUS_PER_NODE=str(min(args.nproc, 8)), PYTHON=sys.executable)
         train = ['bash', tool(root, 'slurm_train.sh'), args.partition, job, config, cell.work_dir, *resume, *options]
         test = ['bash', tool(root, 'slurm_test.sh'), args.partition, job, config, checkpoint, '--work-dir', test_dir,
-                *options]
+                *test_options]
     return train, test, env
 
 
@@ -152,7 +153,9 @@ def run_cell(cell, args, slot, root, children):
         cell.log = osp.join(cell.work_dir, 'test.log')
         returncode = run_logged(children, test, cell.log, env, root)
     cell.returncode, cell.wall_s = returncode, earlier_s + time.perf_counter() - start
-    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu)
+    digest = file_digest(cell.checkpoint, root) if returncode == 0 else None
+    write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu,
+                      checkpoint_sha256=digest and digest.split(':', 1)[1])
     if children.stopping:
         cell.status = 'interrupted'
     else:

@@ -27,6 +27,7 @@ class Cell:
         config (str): the config as the suite writes it.
         config_path (str): the file the tools are given.
         options (list[str]): its --cfg-options: seed, rate, the suite's, the variant's, the command line's.
+        test_options (list[str]): more --cfg-options for its test command only (a reported cell's held-out split).
         checkpoint (str): the checkpoint its training ends with (set by :func:`cells_of_stage`).
         resume (bool): train with --resume (an interrupted cell).
         status (str, optional): 'ran', 'failed', 'reused' (finished before), 'missing' (--gather-only) or
@@ -46,6 +47,7 @@ class Cell:
     config: str
     config_path: str
     options: List[str] = field(default_factory=list)
+    test_options: List[str] = field(default_factory=list)
     checkpoint: Optional[str] = None
     resume: bool = False
     status: Optional[str] = None
@@ -57,12 +59,16 @@ class Cell:
     warmup: int = 0
 
     def to_json(self):
-        return {key: getattr(self, key) for key in JSON_FIELDS}
+        record = {key: getattr(self, key) for key in JSON_FIELDS}
+        if self.test_options:  # a reported cell of a suite with a held-out split
+            record['test_options'] = list(self.test_options)
+        return record
 
     @classmethod
     def from_json(cls, record):
         """A cell of suite.json's ``cells_detail`` (fields it does not keep stay at their defaults)."""
-        return cls(config='', config_path='', **{key: record.get(key) for key in JSON_FIELDS})
+        return cls(config='', config_path='', test_options=list(record.get('test_options') or []),
+                   **{key: record.get(key) for key in JSON_FIELDS})
 
 
 def lr_name(lr):
@@ -119,7 +125,19 @@ def chosen_lr(suite, cells, name):
     return best_lr(cells, name, suite.metric, seeds=suite.selection_seeds or suite.seeds)
 
 
-STAGES = ('select', 'report')  # each phase: the selection seeds at every rate, then the reported seeds
+# each phase: the selection seeds at every rate, one more rate on them where the suite extends a best rate at the top
+# of its grid, then the reported seeds
+STAGES = ('select', 'extend', 'report')
+
+
+def extension(suite, cells, name):
+    """The rate a variant adds on the selection seeds under ``extend_top``: twice its grid's top where that is its
+    best rate there; None otherwise, or while no selection cell of it has finished."""
+    variant = suite.variants[name]
+    if not (suite.extend_top and variant.tuned):
+        return None
+    best = best_lr([cell for cell in cells if cell.lr in variant.lrs], name, suite.metric, seeds=suite.selection_seeds)
+    return 2 * max(variant.lrs) if best is not None and best == max(variant.lrs) else None
 
 
 def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
@@ -128,12 +146,19 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
     the variants whose rate they do not give yet, one line each.
 
     'select' runs every rate of a variant with several on the selection seeds (nothing in a suite without
-    them); 'report' runs each variant on the reported seeds at its chosen rate, or, in a suite without
-    selection seeds, at every rate (the chosen one is picked among them afterwards)."""
+    them); 'extend' adds a variant's :func:`extension` there; 'report' runs each variant on the reported seeds at
+    its chosen rate, or, in a suite without selection seeds, at every rate (the chosen one is picked among them
+    afterwards), with the suite's ``held_out`` options on its test command."""
     names = [name for name in suite.variants if phases[name] == phase]
     if stage == 'select':
         seeds, plan = suite.selection_seeds, {name: suite.variants[name].lrs for name in names
                                               if suite.variants[name].tuned}
+    elif stage == 'extend':
+        seeds, plan = suite.selection_seeds, {}
+        for name in names:
+            lr = extension(suite, cells, name)
+            if lr is not None:
+                plan[name] = [lr]
     else:
         seeds, plan, unknown = suite.seeds, {}, []
         for name in names:
@@ -152,6 +177,9 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
                 plan[name] = [lr]
     new = [make_cell(suite, name, lr, seed, out_dir, cfg_options)
            for seed in seeds for name in suite.variants if name in plan for lr in plan[name]]
+    if stage == 'report':
+        for cell in new:
+            cell.test_options = list(suite.held_out)
     schedules = {}  # the schedule does not depend on the seed and rate: one config read per variant
     for cell in new:
         key = (cell.config, tuple(cell.options[2:]))
@@ -160,4 +188,4 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
             schedules[key] = osp.basename(final_checkpoint(cfg, cell.work_dir)), warmup_iters(cfg)
         checkpoint, cell.warmup = schedules[key]
         cell.checkpoint = osp.join(cell.work_dir, checkpoint)
-    return new, [] if stage == 'select' else unknown
+    return new, unknown if stage == 'report' else []

@@ -89,6 +89,13 @@ def markdown(suite, rows, best, result):
                      + ' | '.join(fmt_values(row['metrics'].get(key)) for key in keys) + ' | '
                      + ' | '.join(differences) + f' | {fmt_values(row["final_loss"], 3)} | {fmt_escape(row)} | '
                      f'{seeds_text(row["diverged"])} | {seeds_text(row["failed"])} |')
+    if suite.held_out:
+        lines += ['', 'Which images: the selection seeds\' values above are tools/test.py on the configs\' own test split '
+                  '(the split the rates are chosen on); the reported seeds\' values below are on the held-out split '
+                  f'({", ".join(f"`{option}`" for option in suite.held_out)}), which no choice read.']
+    if suite.extend_top:
+        lines += ['', 'A variant whose best rate on the selection seeds was its grid\'s top ran one more rate, twice '
+                  'that, on the selection seeds before its rate was chosen (declared in the suite).']
     if all(entry['chosen_on'] == 'fixed' for entry in best):
         # nothing is chosen on these runs, so no choice can bias a difference
         heading = 'Each variant at its one learning rate, fixed in advance of these runs'
@@ -161,6 +168,8 @@ def summary_of(suite, cells, run):
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
                 reference=suite.reference, seeds=suite.seeds, selection_seeds=suite.selection_seeds,
                 family=suite.family, escape=dataclasses.asdict(suite.escape), early_loss=suite.early_loss,
+                **(dict(held_out=suite.held_out) if suite.held_out else {}),
+                **(dict(extend_top=True) if suite.extend_top else {}),
                 rows=rows, best=best,
                 validation=validation_rows(suite, cells, best), commits=commits_of(records), cpus=cpus_of(records),
                 cell_times=cell_times_of(records, len(cells)), cells_detail=[cell.to_json() for cell in cells])

@@ -17,6 +17,10 @@ The keys of a suite::
     escape = dict(margin=0.2, window=5, after=None)  # optional: the plateau-escape rule (results.py)
     early_loss = 100        # optional: also report the mean training loss over iterations 1-100 of each run, paired
                             # like the metric (a loss spike in the first iterations shows there)
+    held_out = {KEY: VALUE} # optional: --cfg-options for the test command of the reported cells only (a held-out
+                            # test split); the selection cells' tests, which choose the rates, keep the config's
+    extend_top = False      # optional: a variant whose best rate on the selection seeds is the top of its grid
+                            # runs one more rate, twice that, on the selection seeds, before its rate is chosen
     cfg_options = {KEY: VALUE}  # for every cell, before the variant's own
     _name = ...             # keys starting with _ are the file's own shorthands, ignored
 
@@ -37,7 +41,7 @@ from mmengine.utils import get_installed_path, is_installed
 from .plan import lr_name
 
 SUITE_KEYS = {'variants', 'reference', 'seeds', 'selection_seeds', 'lrs', 'lr_key', 'metric', 'family', 'escape',
-              'early_loss', 'cfg_options', 'description'}
+              'early_loss', 'cfg_options', 'description', 'held_out', 'extend_top'}
 VARIANT_KEYS = {'config', 'cfg_options', 'lrs', 'reference', 'description'}
 ESCAPE_KEYS = {'margin', 'window', 'after'}
 CONFIG_SCOPES = ('mmdet', 'mmpretrain', 'mmseg')  # SCOPE::PATH configs a variant may name
@@ -110,6 +114,8 @@ class Suite:
     family: List[str] = field(default_factory=list)
     escape: EscapeRule = field(default_factory=EscapeRule)
     early_loss: Optional[int] = None
+    held_out: List[str] = field(default_factory=list)
+    extend_top: bool = False
 
     def role(self, seed):
         """'selection' for a seed the rates are chosen on, 'report' for a reported one."""
@@ -258,12 +264,20 @@ def load_suite(path, root):
                                        and early_loss >= 1):
         raise SuiteError(f'{path}: early_loss is the number of first iterations whose mean training loss is '
                          f'reported (an integer >= 1), got {early_loss!r}')
+    held_out = options_list(raw.get('held_out', {}), f'{path}: held_out')
+    if held_out and not selection_seeds:
+        raise SuiteError(f'{path}: held_out tests the reported seeds on a split nothing is chosen on; it needs '
+                         'selection_seeds, on whose validation the rates are chosen')
+    extend_top = raw.get('extend_top', False)
+    if not isinstance(extend_top, bool) or extend_top and not selection_seeds:
+        raise SuiteError(f'{path}: extend_top must be True or False, and True needs selection_seeds (the extra rate '
+                         f'runs there); got {extend_top!r}')
     suite = Suite(path=path, name=osp.splitext(osp.basename(path))[0], root=root, reference=raw['reference'],
                   seeds=seeds, lrs=suite_lrs, lr_key=raw.get('lr_key', 'optim_wrapper.optimizer.lr'),
                   metric=raw.get('metric', 'coco/bbox_mAP'), description=raw.get('description', ''),
                   options=options_list(raw.get('cfg_options', {}), f'{path}: cfg_options'), variants=variants,
                   selection_seeds=selection_seeds, family=family, escape=escape_rule(raw.get('escape'), path),
-                  early_loss=early_loss)
+                  early_loss=early_loss, held_out=held_out, extend_top=extend_top)
     phase_of(suite)  # a best_of cycle fails here
     return suite
 

@@ -1,6 +1,7 @@
 """tools/suites/run_suite.py: suite files, the commands of each launcher, the gathered statistics, and
 end-to-end runs (a finished run, resumed as it is, into another suite's out dir and with a changed variant; the
 shipped dose suite); tests/suites/test_run_suite_processes.py has SIGINT to the runner and a run through SLURM."""
+import hashlib
 import json
 import os
 import os.path as osp
@@ -13,6 +14,7 @@ import pytest
 from scipy import stats
 
 from condtok_mm.suites import launch as launching
+from condtok_mm.suites.fingerprint import fingerprint
 from condtok_mm.suites.launch import commands
 from condtok_mm.suites.plan import STAGES, cells_of_stage
 from condtok_mm.suites.results import cell_results
@@ -255,6 +257,77 @@ def test_best_of_variants_take_the_best_rate_of_their_source(tmp_path):
     assert [(cell.variant, cell.lr, cell.seed) for cell in second] == [('window', 2e-3, 0), ('window', 2e-3, 1)]
 
 
+def held_out_suite(tmp_path, extend_top=False, lrs=(1e-3, 2e-3)):
+    path = tmp_path / 'held_out.py'
+    path.write_text(f'reference = "baseline"\nseeds = [3, 4]\nselection_seeds = [0, 1]\nlrs = {list(lrs)!r}\n'
+                    f'extend_top = {extend_top!r}\ncfg_options = {{"train_cfg.max_epochs": 1}}\n'
+                    'held_out = {"test_dataloader.dataset.ann_file": "annotations/instances_test.json", '
+                    '"test_evaluator.ann_file": "data/shapes/annotations/instances_test.json"}\n'
+                    f'variants = {dict(baseline=dict(config=BASELINE), conditioned=dict(config=CONDITIONED))!r}\n')
+    return load_suite(str(path), REPO_ROOT)
+
+
+def test_only_the_reported_cells_are_tested_on_the_held_out_split(tmp_path):
+    suite = held_out_suite(tmp_path)
+    out_dir = tmp_path / 'out'
+    selection, _ = cells_of_stage(suite, 0, 'select', phase_of(suite), [], str(out_dir), [])
+    assert {cell.seed for cell in selection} == {0, 1} and not any(cell.test_options for cell in selection)
+    for cell in selection:
+        write_cell(str(out_dir), cell.variant, cell.lr, cell.seed, 0.1 if cell.lr == 1e-3 else 0.2, 0.1, [2.0, 1.0])
+        cell.results = cell_results(cell, suite.escape)
+    reported, unknown = cells_of_stage(suite, 0, 'report', phase_of(suite), selection, str(out_dir), [])
+    assert not unknown and {(cell.variant, cell.lr, cell.seed) for cell in reported} == {
+        (variant, 2e-3, seed) for variant in ('baseline', 'conditioned') for seed in (3, 4)}
+    args = run_suite.parse_args([suite.path, '--out-dir', str(out_dir)])
+    held_out = ['test_dataloader.dataset.ann_file=annotations/instances_test.json',
+                'test_evaluator.ann_file=data/shapes/annotations/instances_test.json']
+    for cell in reported:
+        train, test, _ = commands(cell, args, 0, REPO_ROOT)
+        assert test[-2:] == held_out and not set(held_out) & set(train)
+        assert fingerprint(cell, REPO_ROOT)['test_options'] == held_out
+    train, test, _ = commands(selection[0], args, 0, REPO_ROOT)
+    assert test[test.index('--cfg-options'):] == train[train.index('--cfg-options'):]  # the config's own split
+    assert 'test_options' not in fingerprint(selection[0], REPO_ROOT)  # other suites' fingerprints as they were
+
+
+@pytest.mark.parametrize('best_at_top, added', [(True, [4e-3]), (False, [])])
+def test_extend_top_adds_one_doubling_only_where_the_best_rate_is_the_grids_top(tmp_path, best_at_top, added):
+    suite = held_out_suite(tmp_path, extend_top=True)
+    out_dir = tmp_path / 'out'
+    selection, _ = cells_of_stage(suite, 0, 'select', phase_of(suite), [], str(out_dir), [])
+    for cell in selection:
+        top = cell.lr == 2e-3
+        write_cell(str(out_dir), cell.variant, cell.lr, cell.seed,
+                   0.2 if top == (best_at_top or cell.variant == 'baseline') else 0.1, 0.1, [2.0, 1.0])
+        cell.results = cell_results(cell, suite.escape)
+    extension, _ = cells_of_stage(suite, 0, 'extend', phase_of(suite), selection, str(out_dir), [])
+    by_variant = {(cell.variant, cell.lr) for cell in extension}
+    # the baseline is best at the top either way; the conditioned arm only where best_at_top
+    assert by_variant == {('baseline', 4e-3)} | {('conditioned', lr) for lr in added}
+    assert sorted({cell.seed for cell in extension}) == [0, 1]
+    for cell in extension:  # the doubling wins for the baseline: it is then reported there
+        write_cell(str(out_dir), cell.variant, cell.lr, cell.seed, 0.3 if cell.variant == 'baseline' else 0.05, 0.1,
+                   [2.0, 1.0])
+        cell.results = cell_results(cell, suite.escape)
+    reported, _ = cells_of_stage(suite, 0, 'report', phase_of(suite), selection + extension, str(out_dir), [])
+    assert {(cell.variant, cell.lr) for cell in reported} == {('baseline', 4e-3),
+                                                              ('conditioned', 2e-3 if best_at_top else 1e-3)}
+
+
+@pytest.mark.parametrize('extra, message', [
+    ('held_out = {"test_evaluator.ann_file": "x.json"}', 'held_out tests the reported seeds on a split nothing is '
+     'chosen on; it needs selection_seeds'),
+    ('extend_top = True', 'True needs selection_seeds'),
+    ('extend_top = 1\nselection_seeds = [0]', 'extend_top must be True or False'),
+])
+def test_a_held_out_split_or_an_extension_without_selection_seeds_is_refused(tmp_path, extra, message):
+    path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[3])
+    with open(path, 'a') as f:
+        f.write(extra.replace('\\n', '\n') + '\n')
+    with pytest.raises(SuiteError, match=message):
+        load_suite(path, REPO_ROOT)
+
+
 # ---------------------------------------------------------------- end to end (slow)
 # The cells train on a dataset of their own, smaller than the session's: 8 training images (2 iterations an
 # epoch at 4 a batch) and 4 validation images, 64 x 64; most of a cell's time is starting its two processes.
@@ -328,6 +401,11 @@ def test_two_variants_two_seeds_one_epoch(finished_run):
         assert min(kappas) > 2
         # the seed reaches the run
         assert f'randomness.seed={seed}' in open(osp.join(work_dir, 'train.log')).readline()
+        # the record names the checkpoint the cell was tested with by its digest, and where it ran
+        record = json.load(open(osp.join(work_dir, 'suite_cell.json')))
+        with open(osp.join(work_dir, 'epoch_1.pth'), 'rb') as f:
+            assert record['checkpoint_sha256'] == hashlib.sha256(f.read()).hexdigest()
+        assert record['cpu'] and record['commit']
     rows = {(row['variant'], row['lr']): row for row in summary['rows']}
     for lr in (1e-3, ):
         values = [cells['scaled', lr, s]['results']['metrics']['coco/segm_mAP'] for s in (0, 1)]
