@@ -43,7 +43,7 @@ import torch
 from .completion import _channel_candidates
 from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
 from .matrix_functions import inverse_sqrt_newton_schulz, largest_eigenvalue_bound, newton_schulz_schedule
-from .modes import _grayed
+from .modes import _grayed, graying_floor
 
 # rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
 TAU = 1e-5
@@ -151,7 +151,8 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     gram = torch.where(finite[:, None, None], gram, zero)
     eye = torch.eye(d, dtype=torch.float64, device=x.device)
     if mode == 'graying':
-        grayed = _grayed_function(gram, epsilon)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
+        # U (S / s_1)^eps V^T = u V diag(g / s) V^T; float32/16 tokens are not scaled, so u's units are X's
+        grayed = _grayed_function(gram, epsilon, graying_floor(x.dtype))
         if scale is not None:
             grayed = grayed / scale[:, None, None]
         # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
@@ -226,7 +227,8 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     if mode == 'graying':
         gram = u @ u.transpose(-1, -2)
         finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)
-        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon)  # (S/s_1)^eps = g(.) u
+        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon,
+                                  graying_floor(x.dtype))  # (S/s_1)^eps = g(.) u
         conditioned = (1 - alpha) * masked + alpha * (grayed @ u)
         return conditioned, _status(conditioned, finite, x.dtype)
     bands = _Bands(mask, d)
@@ -248,12 +250,13 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
-def _grayed_function(gram: torch.Tensor, epsilon: float) -> torch.Tensor:
+def _grayed_function(gram: torch.Tensor, epsilon: float, s1_floor: float) -> torch.Tensor:
     """V diag(g(s) / s) V^T for the Gram matrices ``gram`` = V diag(s^2) V^T, g Token Graying's map: applied to the
-    matrix whose Gram matrix it is (on either side), it gives U (S / s_1)^eps V^T."""
+    matrix whose Gram matrix it is (on either side), it gives U (S / s_1)^eps V^T. ``s1_floor``: graying's least
+    s_1 (:func:`.modes.graying_floor`), in the units of ``gram``'s matrix."""
     lam, v = torch.linalg.eigh(gram)
     s = lam.clamp_min(0).sqrt()
-    gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)
+    gray = _grayed(s, s[..., -1:], epsilon, s1_floor) / s.clamp_min(1e-300)
     return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
