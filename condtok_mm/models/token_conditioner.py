@@ -183,7 +183,12 @@ def check_layout(options: ConditioningOptions, scope: str, window_size: Optional
                  control: Optional[str]) -> None:
     """Raise ValueError, in the options' wording and named by ``options.where``, unless the layout arguments of
     :class:`TokenConditioner` are valid together and with ``options``: at build and whenever one of them (or an
-    option) is set."""
+    option) is set.
+
+    Args:
+        options (ConditioningOptions): the conditioner's options (its mode decides whether a scope suits it).
+        scope, window_size, shift_size, position, control: :class:`TokenConditioner`'s arguments of those names.
+    """
     where = options.where
     if position not in CONDITIONING_POSITIONS:
         raise ValueError(f'{where}: position={position!r} is invalid; use one of '
