@@ -23,7 +23,10 @@ Both give kappa(X + C) <= t for alpha = 1; alpha scales C (alpha = 0 is the iden
     values at round-off level (s_i <= RANK_RTOL * s_1, the null directions below) map to 0, not to
     (s_i / s_1)^eps. The map has infinite slope at 0, so it would amplify round-off (e.g. 1e-8 -> 4e-3 at
     eps = 0.3) into directions X does not have; a rank-deficient X therefore stays rank-deficient (graying
-    lifts nothing from zero and needs no null-space completion), and the zero matrix stays zero.
+    lifts nothing from zero and needs no null-space completion), and the zero matrix stays zero. The map does not
+    scale with X, so its slope grows as 1 / s_1: below s_1 = 1 / (RANK_RTOL max) of the tokens' dtype (float32:
+    2.9e-34; float16: its smallest normal number) it is multiplied by s_1 over that floor, so that the gradient
+    (``detach=False``, returned in that dtype) stays finite (:func:`.modes.graying_floor`).
 ``mode='graying_dct'`` (Token Graying's DCT form, :mod:`.dct_graying`):  X + C = Phi diag(g_k / n_k) Phi^T X
     The same map with the token grid's orthonormal 2-D DCT-II basis Phi in place of U and the norms n_k of the
     frequency rows of Phi^T X in place of S (g_k = (n_k / n_max)^eps): exactly the SVD form where X's left singular
@@ -43,7 +46,7 @@ result whatever the eigensolver or device) and continuous in X at every rank:
 Tolerances (tests/conditioning/test_conditioning_batched.py): kappa(X + C) <= t (1 + 1e-4) at every rank (rank-deficient,
 N < d, N close to d, constant, zero, padded); on full-rank inputs ||X + C - reference||_F / ||reference||_F
 <= 3e-5 kappa(X) (the canonical term moves the small directions by about rho / s_min); the eigh and
-Newton-Schulz solvers give X + C within 1e-4 of ||X + C||_F of each other on every tested input, and within 1e-5 of
+Newton-Schulz solvers give X + C within 1e-4 of ||X + C||_F of each other on every tested input, and within 5e-5 of
 ||C||_F on rank-deficient regions of fewer tokens than channels inside padded grids (float32 and float64, d = 8
 and 96), where both keep kappa <= t (1 + 1e-4).
 

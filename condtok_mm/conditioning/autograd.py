@@ -57,7 +57,7 @@ class _SafeSVD(torch.autograd.Function):
 
 
 def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                         epsilon: float) -> torch.Tensor:
+                         epsilon: float, s1_floor: float = 0.0) -> torch.Tensor:
     u, s, vh = _SafeSVD.apply(x)
-    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa, epsilon).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa, epsilon, s1_floor).unsqueeze(-2)) @ vh
 

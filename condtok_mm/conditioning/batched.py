@@ -42,8 +42,9 @@ import torch
 
 from .completion import _channel_candidates
 from .diagnostics import BAD_INPUT, BAD_OUTPUT, FINE
-from .matrix_functions import inverse_sqrt_newton_schulz, largest_eigenvalue_bound, newton_schulz_schedule
-from .modes import _grayed
+from .matrix_functions import (inverse_sqrt_newton_schulz, largest_eigenvalue_bound, newton_schulz_schedule,
+                               polar_refinement_step)
+from .modes import _grayed, graying_floor
 
 # rho = TAU ||X||_F: the size of the canonical term that makes every token matrix full rank.
 TAU = 1e-5
@@ -158,7 +159,8 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     gram = torch.where(finite[:, None, None], gram, zero)
     eye = torch.eye(d, dtype=torch.float64, device=x.device)
     if mode == 'graying':
-        grayed = _grayed_function(gram, epsilon)  # U (S / s_1)^eps V^T = u V diag(g / s) V^T
+        # U (S / s_1)^eps V^T = u V diag(g / s) V^T; float32/16 tokens are not scaled, so u's units are X's
+        grayed = _grayed_function(gram, epsilon, graying_floor(x.dtype))
         if scale is not None:
             grayed = grayed / scale[:, None, None]
         # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
@@ -206,13 +208,16 @@ def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, va
         channel_side = lam.clamp_min(0) if accurate is None else \
             (accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)).square().sum(-2)
         return torch.where(tokens_side[:, 0], (token_rows.transpose(-1, -2) @ v).square().sum(-2), channel_side)
-    h = _spectral_function(torch.where(tokens_side, token_gram, channel_gram), rho, mode, target_kappa, solver,
-                           column_squares)
+    h, lift = _spectral_function(torch.where(tokens_side, token_gram, channel_gram), rho, mode, target_kappa, solver,
+                                 column_squares)
     zero = torch.zeros((), dtype=torch.float64, device=gram.device)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M) where n >= d; one product for both sides
     left = torch.where(tokens_side, h, rho[:, None, None] * dct.T)
     right = torch.where(tokens_side, token_rows, h)
-    rows = torch.baddbmm(torch.where(tokens_side, live_dct, dct.T) * rho[:, None, None], left, right)
+    product = left @ right
+    if lift is not None:  # Newton-Schulz: h(W W^T) W = c polar(W), refined from W itself (see _spectral_function)
+        product = torch.where(tokens_side, polar_refinement_step(product, lift), product)
+    rows = torch.where(tokens_side, live_dct, dct.T) * rho[:, None, None] + product
     return torch.where(tokens_side, zero, h), rows * alpha
 
 
@@ -233,7 +238,8 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     if mode == 'graying':
         gram = u @ u.transpose(-1, -2)
         finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)
-        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon)  # (S/s_1)^eps = g(.) u
+        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon,
+                                  graying_floor(x.dtype))  # (S/s_1)^eps = g(.) u
         conditioned = (1 - alpha) * masked + alpha * (grayed @ u)
         return conditioned, _status(conditioned, finite, x.dtype)
     bands = _Bands(mask, d)
@@ -246,28 +252,36 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     gram_reg = regularised @ regularised.transpose(-1, -2)
     gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
     # the column norms of u~^T W are u~'s singular values
-    m_matrix = _spectral_function(gram_reg, rho, mode, target_kappa, solver,
-                                  lambda w, lam: (regularised.transpose(-1, -2) @ w).square().sum(-2))
-    correction = rho[:, None, None] * tokens_dct + m_matrix @ regularised  # C / alpha, in u's units
+    m_matrix, lift = _spectral_function(gram_reg, rho, mode, target_kappa, solver,
+                                        lambda w, lam: (regularised.transpose(-1, -2) @ w).square().sum(-2))
+    lifted = m_matrix @ regularised
+    if lift is not None:  # Newton-Schulz: c polar(u~), refined from u~ itself (see _spectral_function)
+        lifted = polar_refinement_step(lifted, lift)
+    correction = rho[:, None, None] * tokens_dct + lifted  # C / alpha, in u's units
     if scale is not None:
         correction = correction * scale[:, None, None]
     conditioned = masked + alpha * correction  # alpha = 0: exactly X
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
-def _grayed_function(gram: torch.Tensor, epsilon: float) -> torch.Tensor:
+def _grayed_function(gram: torch.Tensor, epsilon: float, s1_floor: float) -> torch.Tensor:
     """V diag(g(s) / s) V^T for the Gram matrices ``gram`` = V diag(s^2) V^T, g Token Graying's map: applied to the
-    matrix whose Gram matrix it is (on either side), it gives U (S / s_1)^eps V^T."""
+    matrix whose Gram matrix it is (on either side), it gives U (S / s_1)^eps V^T. ``s1_floor``: graying's least
+    s_1 (:func:`.modes.graying_floor`), in the units of ``gram``'s matrix."""
     lam, v = torch.linalg.eigh(gram)
     s = lam.clamp_min(0).sqrt()
-    gray = _grayed(s, s[..., -1:], epsilon) / s.clamp_min(1e-300)
+    gray = _grayed(s, s[..., -1:], epsilon, s1_floor) / s.clamp_min(1e-300)
     return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
 def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
-    """M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``, full rank (no structural zeros: where n < d
-    they are taken on the token side), each shifted by delta = SHIFT rho^2 (see the module). 'newton_schulz' is for
-    sigma_max only. ``column_squares(V, lambda)``: the squares of the singular values that eigh's eigenvectors V and
+    """(M, c): M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``, full rank (no structural zeros: where
+    n < d they are taken on the token side), each shifted by delta = SHIFT rho^2 (see the module); c (S,) the
+    lift s~_1 / (t - 1) for 'newton_schulz' (sigma_max only), None for eigh. Newton-Schulz inverts the Gram matrix
+    as it was rounded, eigenvalues near eps lambda_max included (on the token side of a rank-deficient matrix,
+    1e-15 lambda_max, kappa 2.0024 on one of 40 random rank-47 rows of 95 tokens at d = 96), so the caller refines
+    the token side's h(u~ u~^T) u~ = c polar(u~) from u~ itself (:func:`.matrix_functions.polar_refinement_step`:
+    2.000004 there); eigh takes the singular values from ``column_squares`` instead. ``column_squares(V, lambda)``: the squares of the singular values that eigh's eigenvectors V and
     eigenvalues lambda give, either lambda or the squared column norms of u~ V for G~ = u~^T u~ (of u~^T V on the
     token side), accurate to eps s_1 where s = sqrt(lambda) is only accurate to eps s_1^2 / s (on a square,
     rank-deficient window, kappa from sqrt(lambda) misses the bound in its third digit)."""
@@ -277,14 +291,14 @@ def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
         c = upper.sqrt() / (target_kappa - 1)
         eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
         shifted = gram + delta[:, None, None] * eye
-        return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS)
+        return c[:, None, None] * inverse_sqrt_newton_schulz(shifted, upper + delta, _NEWTON_SCHULZ_STEPS), c
     lam, v = torch.linalg.eigh(gram)
     squares = column_squares(v, lam)
     s = (squares + delta.unsqueeze(-1)).sqrt()
     s1 = lam[..., -1:].clamp_min(0).sqrt()
     lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
     h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
-    return (v * h.unsqueeze(-2)) @ v.transpose(-1, -2)
+    return (v * h.unsqueeze(-2)) @ v.transpose(-1, -2), None
 
 
 def _status(conditioned: torch.Tensor, finite: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

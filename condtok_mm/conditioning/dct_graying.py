@@ -12,7 +12,8 @@ singular vectors are DCT vectors (X = Phi_S S V^T for a set S of frequencies), Y
 singular values and this is exactly the SVD form U (S / s_1)^eps V^T; otherwise it is the approximation that the
 DCT makes of the eigenbasis of a spatially stationary field. It needs no eigendecomposition: two separable
 transforms of the grid, one along each axis, and a norm per frequency. They are orthogonal (no squared condition
-number, unlike a Gram matrix), so they run in float32 for float32/16 tokens and in float64 for float64 tokens.
+number, unlike a Gram matrix), so they run in float32 for float32/16 tokens and in float64 for float64 tokens; with
+autocast off, which would otherwise run the float32 products in its lower precision (bfloat16: 1e-3 of ||C||).
 
 Padded batches: each image's own valid region is transformed (its basis is the DCT of its own h and w, zero beyond
 them, made on the device from the sizes: no host read, the same program for any sizes), so the result does not
@@ -43,17 +44,18 @@ def dct_graying(grid: torch.Tensor, bases_h: torch.Tensor, bases_w: torch.Tensor
     """X + C of the DCT form (see the module) for grids (B, H, W, d) that are zero outside their valid regions and
     finite, with the DCT bases of those regions (:func:`dct_bases`, in the grids' dtype). Zero outside the regions.
     """
-    # each grid scaled to a largest magnitude of 1, so that no square overflows: (g_k / n_k) Phi_k^T X does not depend
-    # on X's scale
-    scale = torch.linalg.vector_norm(grid, ord=math.inf, dim=(1, 2, 3))
-    tokens = grid / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None, None]
-    coefficients = _transform(tokens, bases_h.transpose(1, 2), bases_w.transpose(1, 2))  # Phi^T X, (B, W, H, d)
-    norms = torch.linalg.vector_norm(coefficients, dim=-1)  # n_k, zero outside the valid frequencies
-    largest = norms.amax(dim=(1, 2), keepdim=True)
-    # g_k / n_k, 0 where n_k is round-off (and outside the valid frequencies)
-    gain = _grayed(norms, largest, epsilon) / norms.clamp_min(torch.finfo(norms.dtype).tiny)
-    grayed = _transform(coefficients * gain.unsqueeze(-1), bases_w, bases_h)  # back to (B, H, W, d)
-    return (1 - alpha) * grid + alpha * grayed
+    with torch.autocast(grid.device.type, enabled=False):  # the products in the grids' own dtype
+        # each grid scaled to a largest magnitude of 1, so that no square overflows: (g_k / n_k) Phi_k^T X does not
+        # depend on X's scale
+        scale = torch.linalg.vector_norm(grid, ord=math.inf, dim=(1, 2, 3))
+        tokens = grid / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None, None, None]
+        coefficients = _transform(tokens, bases_h.transpose(1, 2), bases_w.transpose(1, 2))  # Phi^T X, (B, W, H, d)
+        norms = torch.linalg.vector_norm(coefficients, dim=-1)  # n_k, zero outside the valid frequencies
+        largest = norms.amax(dim=(1, 2), keepdim=True)
+        # g_k / n_k, 0 where n_k is round-off (and outside the valid frequencies)
+        gain = _grayed(norms, largest, epsilon) / norms.clamp_min(torch.finfo(norms.dtype).tiny)
+        grayed = _transform(coefficients * gain.unsqueeze(-1), bases_w, bases_h)  # back to (B, H, W, d)
+        return (1 - alpha) * grid + alpha * grayed
 
 
 def _transform(grid: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

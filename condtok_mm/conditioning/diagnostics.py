@@ -1,7 +1,8 @@
 """Diagnostics: kappa of token matrices, and the errors for non-finite tokens going in or coming out.
 
 The batched path decides finiteness with tensor ops and returns one status per token matrix (``FINE``,
-``BAD_INPUT``, ``BAD_OUTPUT``); :func:`report_status` turns it into an error. Reading the status is a host
+``BAD_INPUT``, ``BAD_OUTPUT``, and ``BAD_ALPHA`` for a tensor alpha out of its range at the call);
+:func:`report_status` turns it into an error. Reading the status is a host
 read, so where it happens is a choice (the ``check`` option): at once (``True``; the CPU default, where a read
 costs nothing), never (``False``), or, on CUDA with ``'auto'``, deferred: the status is copied to pinned host
 memory without a sync, and the error is raised by the first later call that finds the copy done (or by
@@ -14,7 +15,8 @@ from typing import Deque, Tuple
 
 import torch
 
-FINE, BAD_INPUT, BAD_OUTPUT = 0, 1, 2
+# BAD_ALPHA (a tensor alpha out of its range at the call) is the largest: a status's maximum reports it first
+FINE, BAD_INPUT, BAD_OUTPUT, BAD_ALPHA = 0, 1, 2, 3
 
 
 def _check_finite(x: torch.Tensor, where: str) -> None:
@@ -49,52 +51,56 @@ class _DeferredStatus:
     """Statuses copied to pinned host memory without a sync, read once the copy is done."""
 
     def __init__(self):
-        self.pending: Deque[Tuple[torch.Tensor, torch.cuda.Event, str, torch.dtype]] = deque()
+        self.pending: Deque[Tuple[torch.Tensor, torch.cuda.Event, object, torch.dtype]] = deque()
 
-    def push(self, status: torch.Tensor, where: str, dtype: torch.dtype) -> None:
+    def push(self, status: torch.Tensor, options, dtype: torch.dtype) -> None:
         host = torch.empty((), dtype=status.dtype, pin_memory=True)
         host.copy_(status.amax(), non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        self.pending.append((host, done, where, dtype))
+        self.pending.append((host, done, options, dtype))
 
     def raise_ready(self, wait: bool = False) -> None:
         while self.pending and (wait or self.pending[0][1].query()):
-            host, done, where, dtype = self.pending.popleft()
+            host, done, options, dtype = self.pending.popleft()
             done.synchronize()
-            _raise_for_code(int(host), where, dtype, None)
+            _raise_for_code(int(host), options, dtype, None)
 
 
 _DEFERRED = _DeferredStatus()
 
 
 def raise_deferred_non_finite() -> None:
-    """Raise now for any non-finite tokens that an earlier CUDA call with ``check='auto'`` met (waits for them)."""
+    """Raise now for any non-finite tokens (or tensor alpha out of its range) that an earlier CUDA call with
+    ``check='auto'`` met (waits for them)."""
     _DEFERRED.raise_ready(wait=True)
 
 
-def _raise_for_code(code: int, where: str, dtype: torch.dtype, x) -> None:
+def _raise_for_code(code: int, options, dtype: torch.dtype, x) -> None:
+    if code == BAD_ALPHA:
+        raise options.alpha_refusal()
     if code == BAD_INPUT:
         if x is None:
-            raise ValueError(_input_message(where))
-        raise ValueError(_input_message(where, int((~torch.isfinite(x)).sum()), x.numel()))
+            raise ValueError(_input_message(options.where))
+        raise ValueError(_input_message(options.where, int((~torch.isfinite(x)).sum()), x.numel()))
     if code == BAD_OUTPUT:
-        raise ValueError(_output_message(where, dtype))
+        raise ValueError(_output_message(options.where, dtype))
 
 
 def _in_traced_program() -> bool:
     return torch.compiler.is_compiling() or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
-def report_status(status: torch.Tensor, x: torch.Tensor, check, where: str) -> None:
-    """Raise (now or deferred, per ``check``) when a status of the batched path is not FINE; ``x`` the tokens."""
-    if check is False or status.numel() == 0:
+def report_status(status: torch.Tensor, x: torch.Tensor, options) -> None:
+    """Raise (now or deferred, per ``options.check``) when a status of the batched path is not FINE; ``x`` the
+    tokens, ``options`` the :class:`.ConditioningOptions` of the call (its ``where`` and alpha name the error)."""
+    if options.check is False or status.numel() == 0:
         return
-    if check is True or (x.device.type != 'cuda' and not _in_traced_program()):
-        _raise_for_code(int(status.amax()), where, x.dtype, x)
+    if options.check is True or (x.device.type != 'cuda' and not _in_traced_program()):
+        _raise_for_code(int(status.amax()), options, x.dtype, x)
     elif not _in_traced_program():
         _DEFERRED.raise_ready()
-        _DEFERRED.push(status, where, x.dtype)
+        _DEFERRED.push(status, options, x.dtype)
 
 
 def condition_number(x: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = N
     grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
     if grid.numel() == 0:
         return x
-    if _on_reference_path(options):
+    if options.on_reference_path:
         out = reference_condition_grid(grid, **_reference_arguments(options))
     else:
         out = condition_grids(grid, None, None, 0, options)
@@ -77,7 +77,7 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, windo
     if grid.dim() != 4:
         raise ValueError(f'{options.where}: expected token grids (B, H, W, d), got {tuple(grid.shape)}')
     sizes = valid_size_tensor(valid_shapes, grid.shape[0], grid.device, options.where)
-    if _on_reference_path(options):
+    if options.on_reference_path:
         shapes = [tuple(size) for size in sizes.tolist()]
         return reference_valid_regions(grid, shapes, window_size, shift_size, **_reference_arguments(options))
     return condition_grids(grid, sizes, window_size, shift_size, options)
@@ -110,7 +110,7 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
     if x.dim() != 3:
         raise ValueError(f'{where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
     grid = tokens_as_grid(x, hw_shape, where)
-    if _on_reference_path(options):
+    if options.on_reference_path:
         return reference_token_windows(x, hw_shape, window_size, shift_size, **_reference_arguments(options))
     return condition_grids(grid, None, window_size, shift_size, options).reshape(x.shape)
 
@@ -125,15 +125,8 @@ def check_window(window_size, shift_size, where: str) -> None:
                          f'[0, window_size={window_size})')
 
 
-def _on_reference_path(options: ConditioningOptions) -> bool:
-    """The reference runs method='gram'/'svd', and detach=False (the gradient through the SVD) whether or not a
-    gradient is wanted this call: the batched path completes the null directions differently, so a model trained
-    on the reference must be evaluated on it."""
-    return options.method != 'batched' or not options.detach
-
-
 def _reference_arguments(options: ConditioningOptions) -> dict:
     """The reference path's keyword arguments (method='batched' with detach=False runs 'gram')."""
-    return dict(mode=options.mode, alpha=float(options.alpha), target_kappa=options.target_kappa,
+    return dict(mode=options.mode, alpha=options.alpha_value(), target_kappa=options.target_kappa,
                 detach=options.detach, method='gram' if options.method == 'batched' else options.method,
                 where=options.where, centred=options.centred, epsilon=options.epsilon)

@@ -56,7 +56,7 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
             if options.centred:
                 conditioned = tokens.double() + _from_channel_mean_complement(conditioned - inner)
             out = finish(tokens, conditioned, mask)
-    report_status(status, tokens, options.check, options.where)
+    report_status(options.flag_invalid_alpha(status), tokens, options)
     return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out
 
 

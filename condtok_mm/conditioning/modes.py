@@ -35,29 +35,55 @@ CHECKS = ('auto', True, False)
 
 
 def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-          epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
-    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``)."""
+          epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> torch.Tensor:
+    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``); ``s1_floor``: see
+    :func:`_grayed`."""
     if mode == 'sigma_max':
         return (alpha / (target_kappa - 1)) * s1.expand_as(s)
     if mode == 'floor':
         return alpha * (s1 / target_kappa - s).clamp_min(0)
-    return alpha * (_grayed(s, s1, epsilon) - s)
+    return alpha * (_grayed(s, s1, epsilon, s1_floor) - s)
 
 
-def _grayed(s: torch.Tensor, s1: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Token Graying's singular values (s_i / s_1)^eps, with round-off-level s_i (<= RANK_RTOL s_1) -> 0.
+def graying_floor(dtype: torch.dtype) -> float:
+    """The s_1 below which the graying map is scaled down with X, for tokens of ``dtype``: 1 / (RANK_RTOL max) for
+    float32 and bfloat16 (2.9e-34), float16's smallest normal number (6.1e-5), 0 (never) for float64.
+
+    The map does not scale with X, so its slope scales with 1 / s_1, times up to eps RANK_RTOL^(eps - 1) <=
+    1 / RANK_RTOL near the rank threshold: computed in float64 and returned in the tokens' dtype, the gradient of a
+    float32 matrix of subnormal values (s_1 ~ 1e-40) exceeded float32's range (Inf). Multiplying the map by
+    min(1, s_1 / floor) keeps the slope within the dtype's range for upstream gradients of size 1; matrices with
+    s_1 >= floor (every float32 token matrix of a real model) are mapped as before, smaller ones are shrunk with X,
+    continuously down to the zero matrix, which maps to 0. float16's range (6.5e4) cannot hold that slope below
+    s_1 = 1.5, an ordinary token scale, so there only matrices of subnormal values are shrunk (train graying with
+    detach=False in bfloat16 or float32).
+    """
+    if dtype == torch.float64:
+        return 0.0
+    info = torch.finfo(dtype)
+    return info.tiny if dtype == torch.float16 else 1 / (RANK_RTOL * info.max)
+
+
+def _grayed(s: torch.Tensor, s1: torch.Tensor, epsilon: float, s1_floor=0.0) -> torch.Tensor:
+    """Token Graying's singular values (s_i / s_1)^eps min(1, s_1 / s1_floor), with round-off-level s_i
+    (<= RANK_RTOL s_1) -> 0; ``s1_floor`` (a number or a tensor broadcast against ``s1``; 0: no shrink) is
+    :func:`graying_floor` of the tokens' dtype in the units of ``s``.
 
     The masked branches see only safe values, so that the gradient (detach=False) stays finite at s_i = 0
     and s_1 = 0.
     """
     live = s > RANK_RTOL * s1
     ratio = torch.where(live, s / torch.where(live, s1, torch.ones_like(s1)), torch.ones_like(s))
-    return torch.where(live, ratio**epsilon, torch.zeros_like(s))
+    grayed = torch.where(live, ratio**epsilon, torch.zeros_like(s))
+    if isinstance(s1_floor, float) and s1_floor == 0:
+        return grayed
+    return grayed * torch.clamp_max(s1 / s1_floor, 1.0)
 
 
-def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float, epsilon: float
+def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float, epsilon: float, s1_floor=0.0
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From the ascending eigenvalues ``lam`` of G = X^T X: (s, null, lift, scale, keep).
+    """From the ascending eigenvalues ``lam`` of G = X^T X: (s, null, lift, scale, keep); ``s1_floor``: see
+    :func:`_grayed`.
 
     ``null`` marks the null directions to complete (each lifted by ``lift``), ``scale`` the factor C adds
     to X v_i on the others and ``keep`` = 1 + scale, the factor of X + C (X + C = X V diag(keep) V^T there).
@@ -67,7 +93,7 @@ def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float
     s1 = s[..., -1:]
     has_signal = s1 > 0
     null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
-    lift = _lift(s, s1, mode, alpha, target_kappa, epsilon) * has_signal
+    lift = _lift(s, s1, mode, alpha, target_kappa, epsilon, s1_floor) * has_signal
     # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
     scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
     keep = scale + 1
@@ -75,7 +101,7 @@ def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float
         # keep = (1 - alpha) + alpha g_i / s_i, formed directly: 1 + (g_i / s_i - 1) would cancel to 0 where
         # s_i >> 1 (graying's output does not scale with X). Null directions have g_i = 0: X's own (round-off)
         # component there is scaled by 1 - alpha, as on the SVD path, and nothing is lifted or completed.
-        keep = (1 - alpha) + alpha * _grayed(s, s1, epsilon) / s.clamp_min(1e-300)
+        keep = (1 - alpha) + alpha * _grayed(s, s1, epsilon, s1_floor) / s.clamp_min(1e-300)
         scale = keep - 1
         null = torch.zeros_like(null)
     return s, null, lift, scale, keep

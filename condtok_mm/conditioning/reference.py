@@ -11,7 +11,7 @@ from .centred import _from_channel_mean_complement, channel_mean_complement
 from .completion import (_COMPLETION_OVERSAMPLING, _add_bands, _band_sums, _bands, _canonical_null_directions,
                          _complete_null_space, _completion_lift)
 from .diagnostics import _check_finite, _check_output
-from .modes import GRAYING_EPSILON, _gram_scales, _lift
+from .modes import GRAYING_EPSILON, _gram_scales, _lift, graying_floor
 from .windows import token_windows, tokens_as_grid
 
 # A Gram matrix whose largest diagonal entry is below this is recomputed from rescaled tokens: its
@@ -21,17 +21,17 @@ _GRAM_FLOOR = 1e-200
 
 def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float, target_kappa: float,
                           add_tokens: bool = False, grid_width: int = 1,
-                          epsilon: float = GRAYING_EPSILON) -> Optional[torch.Tensor]:
+                          epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> Optional[torch.Tensor]:
     """C (X + C with ``add_tokens``) for float64 x (B, N, d), N >= d, from its d x d Gram matrix ``gram``.
 
     The product X (M - A W) (X (I + M - A W) for X + C) and, with null directions, two passes (band sums,
     band lifts). Null directions beside a non-null spectrum wider than kappa 1e3, where the single
     projection behind A would leave up to eps * kappa^2 of range(X) in the completion, are completed by
     :func:`_complete_null_space` instead. Returns None when the band candidates cannot complete the null
-    space (the SVD then does the work).
+    space (the SVD then does the work). ``s1_floor``: graying's least s_1 (:func:`.modes.graying_floor`).
     """
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon)
+    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon, s1_floor)
     has_signal = s[..., -1:] > 0
     # Summed over the non-null directions, X v_i (D_i / s_i) is X M with the d x d matrix M = V diag(D/S) V^T
     # (X (I + M) for X + C, at no extra cost).
@@ -65,7 +65,7 @@ _CHUNK_TOKENS = 8192
 
 
 def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str, alpha: float,
-                                target_kappa: float, epsilon: float = GRAYING_EPSILON) -> bool:
+                                target_kappa: float, epsilon: float = GRAYING_EPSILON, s1_floor: float = 0.0) -> bool:
     """Write X + C into ``out`` for the token grids ``grid`` (B, H, W, d), H * W >= d, reading X twice.
 
     The Gram path with nothing else materialized: pass 1 casts chunks of rows to float64 and accumulates
@@ -74,7 +74,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     lifts Z W, cast to ``out``'s dtype, into ``out`` (B, H, W, d; any strides, e.g. the valid part of a
     padded batch). Returns False, having written nothing, where the explicit path must do the work:
     non-finite or extreme tokens, fewer grid rows than bands, or a completion this shortcut cannot make
-    accurately.
+    accurately. ``s1_floor``: graying's least s_1 (:func:`.modes.graying_floor`).
     """
     batch, height, width, d = (int(size) for size in grid.shape)  # tensors while torch.jit.trace records
     rows = max(1, _CHUNK_TOKENS // width)
@@ -90,7 +90,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     if not bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
         return False
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon)  # s_1 > 0: G >= floor
+    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon, s1_floor)  # s_1 > 0
     product = (v * keep.unsqueeze(-2)) @ v.transpose(-1, -2)  # I + M
     null_count = null.sum(-1)
     k = int(null_count.max())
@@ -126,27 +126,29 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
 
 
 def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                    epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
+                    epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> torch.Tensor:
     """Reference C from the thin SVD (LAPACK completes U and V over null directions).
 
     That completion pairs whatever null-space bases the SVD returns, so over null directions this path is
-    not canonical (it can differ between devices and libraries); the Gram path's completion is.
+    not canonical (it can differ between devices and libraries); the Gram path's completion is. ``s1_floor``:
+    graying's least s_1 (:func:`.modes.graying_floor`).
     """
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
     s1 = s[..., :1]
-    return (u * _lift(s, s1, mode, alpha, target_kappa, epsilon).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s1, mode, alpha, target_kappa, epsilon, s1_floor).unsqueeze(-2)) @ vh
 
 
 def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
                      target_kappa: float = 2.0, method: str = 'gram',
                      where: str = 'token_correction', centred: bool = False,
                      add_tokens: bool = False, grid_width: int = 1,
-                     epsilon: float = GRAYING_EPSILON) -> torch.Tensor:
+                     epsilon: float = GRAYING_EPSILON, s1_floor: float = 0.0) -> torch.Tensor:
     """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
 
     With ``add_tokens`` it returns X + C instead, computed without a separate pass to add X. ``grid_width``
     is the width of the token grid the N rows come from (row-major), which places the null-space completion
-    on bands of whole grid rows.
+    on bands of whole grid rows. ``s1_floor``: graying's least s_1 in x's units (:func:`.modes.graying_floor` of
+    the tokens' dtype).
     Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
     """
     if centred:
@@ -155,7 +157,7 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
             return x.clone() if add_tokens else torch.zeros_like(x)
         correction = _from_channel_mean_complement(
             token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where,
-                             epsilon=epsilon))
+                             epsilon=epsilon, s1_floor=s1_floor))
         return x + correction if add_tokens else correction
     if alpha == 0:
         _check_finite(x, where)
@@ -171,7 +173,7 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
         largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
         if bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
             correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa, add_tokens,
-                                               1 if wide else grid_width, epsilon)
+                                               1 if wide else grid_width, epsilon, s1_floor)
             if correction is not None:
                 return correction.transpose(-1, -2) if wide else correction
     _check_finite(x, where)
@@ -179,11 +181,14 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     # C is homogeneous of degree 1 in X, so it is scaled back afterwards (graying's is not: see below).
     amax = tall.abs().amax(dim=(-2, -1), keepdim=True)
     unit = tall / torch.where(amax > 0, amax, torch.ones_like(amax))
+    # graying's least s_1 in the units of X / amax, one per sample (B, 1)
+    unit_floor = (s1_floor / torch.where(amax > 0, amax, torch.ones_like(amax))).squeeze(-1) if s1_floor else 0.0
     if method == 'gram':
         correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa,
-                                           grid_width=1 if wide else grid_width, epsilon=epsilon)
+                                           grid_width=1 if wide else grid_width, epsilon=epsilon,
+                                           s1_floor=unit_floor)
     if correction is None:  # method='svd', or the Gram path's completion had no room to work
-        correction = _correction_svd(unit, mode, alpha, target_kappa, epsilon)
+        correction = _correction_svd(unit, mode, alpha, target_kappa, epsilon, unit_floor)
     if mode == 'graying':
         # X + C = (1 - alpha) X + alpha U (S / s_1)^eps V^T, whose second term is the same for X and for X / amax;
         # formed without X + (C - X), which would cancel the O(1) result away at large amax.
@@ -231,12 +236,13 @@ def write_conditioned(grid: torch.Tensor, out: torch.Tensor, mode: str = 'sigma_
     take the explicit path on a float64 copy.
     """
     batch, height, width, d = grid.shape
+    s1_floor = graying_floor(grid.dtype)
     if method == 'gram' and not centred and alpha != 0 and height * width >= d \
-            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa, epsilon):
+            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa, epsilon, s1_floor):
         return
     flat = grid.reshape(batch, height * width, d).double()
     conditioned = token_correction(flat, mode, alpha, target_kappa, method, where, centred, add_tokens=True,
-                                   grid_width=width, epsilon=epsilon)
+                                   grid_width=width, epsilon=epsilon, s1_floor=s1_floor)
     out.copy_(conditioned.view(grid.shape))
 
 
@@ -337,20 +343,21 @@ class _DifferentiableCorrection(torch.autograd.Function):
     def forward(ctx, x, mode, alpha, target_kappa, method, centred, grid_width, epsilon):
         x64 = x.detach().double()
         ctx.save_for_backward(x64)
-        ctx.options = (mode, alpha, target_kappa, centred, epsilon)
+        s1_floor = graying_floor(x.dtype)
+        ctx.options = (mode, alpha, target_kappa, centred, epsilon, s1_floor)
         return token_correction(x64, mode, alpha, target_kappa, method, centred=centred,
-                                grid_width=grid_width, epsilon=epsilon).to(x.dtype)
+                                grid_width=grid_width, epsilon=epsilon, s1_floor=s1_floor).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_c):
         (x64,) = ctx.saved_tensors
-        mode, alpha, target_kappa, centred, epsilon = ctx.options
+        mode, alpha, target_kappa, centred, epsilon, s1_floor = ctx.options
         with torch.enable_grad():
             xr = x64.detach().requires_grad_(True)
             if centred and xr.shape[-1] < 2:
                 return torch.zeros_like(grad_c), None, None, None, None, None, None, None
             correction = (_from_channel_mean_complement(
-                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa, epsilon)) if centred
-                          else _correction_safe_svd(xr, mode, alpha, target_kappa, epsilon))
+                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa, epsilon, s1_floor))
+                if centred else _correction_safe_svd(xr, mode, alpha, target_kappa, epsilon, s1_floor))
             (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
         return grad_x.to(grad_c.dtype), None, None, None, None, None, None, None

@@ -25,6 +25,10 @@ def valid_size_tensor(valid_shapes: Union[Sequence[Tuple[int, int]], torch.Tenso
             raise ValueError(f'{where}: valid_shapes as a tensor must be integer (B, 2) = ({batch}, 2), got '
                              f'{valid_shapes.dtype} of shape {tuple(valid_shapes.shape)}')
         return valid_shapes.to(device=device, dtype=torch.int64, non_blocking=True).clamp_min(0)
+    if not isinstance(valid_shapes, (list, tuple)):
+        raise ValueError(f'{where}: valid_shapes={valid_shapes!r} is invalid; use one (h, w) pair of non-negative '
+                         'integers per image, or an integer (B, 2) tensor (every token valid: condition_tokens, or '
+                         'a conditioner called without valid_shapes)')
     if len(valid_shapes) != batch:
         raise ValueError(f'{where}: {len(valid_shapes)} valid_shapes for a batch of {batch}')
     for image, shape in enumerate(valid_shapes):

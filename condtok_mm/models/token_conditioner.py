@@ -14,6 +14,8 @@ from condtok_mm.registry import MODELS
 
 CONDITIONING_SCOPES = ('image', 'window')
 CONDITIONING_POSITIONS = ('embedding', 'attention_input')
+# the conditioner's own arguments (not options of the math), checked together with the options on every set
+LAYOUT = ('scope', 'window_size', 'shift_size', 'position', 'control')
 
 
 @MODELS.register_module()
@@ -70,30 +72,10 @@ class TokenConditioner(BaseModule):
                  init_cfg: Optional[dict] = None,
                  **options):
         super().__init__(init_cfg=init_cfg)
-        where = type(self).__name__
-        self.options = ConditioningOptions.resolve(None, where, options)
-        if position not in CONDITIONING_POSITIONS:
-            raise ValueError(f'{where}: position={position!r} is invalid; use one of '
-                             f'{", ".join(map(repr, CONDITIONING_POSITIONS))}')
-        if control is not None and control not in TOKEN_SCALE_CONTROLS:
-            raise ValueError(f'{where}: control={control!r} is invalid; use None (the method) or one of '
-                             f'{", ".join(map(repr, TOKEN_SCALE_CONTROLS))}')
-        if scope not in CONDITIONING_SCOPES:
-            raise ValueError(f'{where}: scope={scope!r} is invalid; use one of '
-                             f'{", ".join(map(repr, CONDITIONING_SCOPES))}')
-        if scope == 'image' and (window_size is not None or shift_size != 0):
-            raise ValueError(f'{where}: window_size={window_size!r} and shift_size={shift_size!r} are invalid '
-                             "with scope='image' (it conditions the whole image); use them with scope='window'")
-        if scope == 'window':
-            check_window(window_size, shift_size, where)
-            if self.options.mode == 'graying_dct':
-                raise ValueError(f"{where}: scope='window' is invalid with mode='graying_dct' (the DCT form transforms "
-                                 "each image's whole token grid); use scope='image', or mode='graying' per window")
-        self.scope = scope
-        self.window_size = window_size
-        self.shift_size = shift_size
-        self.position = position
-        self.control = control
+        self.options = ConditioningOptions.resolve(None, type(self).__name__, options)
+        layout = dict(scope=scope, window_size=window_size, shift_size=shift_size, position=position, control=control)
+        check_layout(self.options, **layout)
+        self.__dict__.update(layout)
 
     @property
     def location(self) -> str:
@@ -113,6 +95,8 @@ class TokenConditioner(BaseModule):
 
     def __setattr__(self, name: str, value) -> None:
         if name == 'options':
+            if all(key in self.__dict__ for key in LAYOUT):  # a new mode may not suit the scope
+                check_layout(value, **{key: self.__dict__[key] for key in LAYOUT})
             self.__dict__['options'] = value
             # the strength the batched path reads: one 0-dim CPU tensor, updated in place, so that a compiled
             # conditioner sees a new alpha without recompiling (a CUDA-graph capture keeps the value it was
@@ -123,6 +107,9 @@ class TokenConditioner(BaseModule):
             self.__dict__['_forward_options'] = value.replace(alpha=self.__dict__['_alpha_value'])
         elif name in ConditioningOptions.names() and 'options' in self.__dict__:
             self.options = self.options.replace(**{name: value})
+        elif name in LAYOUT and all(key in self.__dict__ for key in LAYOUT):
+            check_layout(self.options, **dict({key: self.__dict__[key] for key in LAYOUT}, **{name: value}))
+            self.__dict__[name] = value
         else:
             super().__setattr__(name, value)
 
@@ -190,6 +177,36 @@ class TokenConditioner(BaseModule):
         window = [f'window_size={self.window_size}', f'shift_size={self.shift_size}'] if self.scope == 'window' else []
         return ', '.join(options + [f'scope={self.scope!r}'] + window
                          + [f'position={self.position!r}', f'control={self.control!r}'])
+
+
+def check_layout(options: ConditioningOptions, scope: str, window_size: Optional[int], shift_size: int, position: str,
+                 control: Optional[str]) -> None:
+    """Raise ValueError, in the options' wording and named by ``options.where``, unless the layout arguments of
+    :class:`TokenConditioner` are valid together and with ``options``: at build and whenever one of them (or an
+    option) is set.
+
+    Args:
+        options (ConditioningOptions): the conditioner's options (its mode decides whether a scope suits it).
+        scope, window_size, shift_size, position, control: :class:`TokenConditioner`'s arguments of those names.
+    """
+    where = options.where
+    if position not in CONDITIONING_POSITIONS:
+        raise ValueError(f'{where}: position={position!r} is invalid; use one of '
+                         f'{", ".join(map(repr, CONDITIONING_POSITIONS))}')
+    if control is not None and control not in TOKEN_SCALE_CONTROLS:
+        raise ValueError(f'{where}: control={control!r} is invalid; use None (the method) or one of '
+                         f'{", ".join(map(repr, TOKEN_SCALE_CONTROLS))}')
+    if scope not in CONDITIONING_SCOPES:
+        raise ValueError(f'{where}: scope={scope!r} is invalid; use one of '
+                         f'{", ".join(map(repr, CONDITIONING_SCOPES))}')
+    if scope == 'image' and (window_size is not None or shift_size != 0):
+        raise ValueError(f'{where}: window_size={window_size!r} and shift_size={shift_size!r} are invalid '
+                         "with scope='image' (it conditions the whole image); use them with scope='window'")
+    if scope == 'window':
+        check_window(window_size, shift_size, where)
+        if options.mode == 'graying_dct':
+            raise ValueError(f"{where}: scope='window' is invalid with mode='graying_dct' (the DCT form transforms "
+                             "each image's whole token grid); use scope='image', or mode='graying' per window")
 
 
 def build_token_conditioner(cfg: dict, location: str,

@@ -14,9 +14,8 @@ and has its batch size. Without a record (mmpretrain classification, a bare tens
 every token counts as valid, which is exact for unpadded batches.
 """
 import contextvars
-import math
 import weakref
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from mmdet.models.data_preprocessors import DetDataPreprocessor
@@ -63,24 +62,63 @@ def batch_valid_region(inputs: Optional[torch.Tensor] = None,
     return region if batch_size == len(region.img_shapes) else None
 
 
-def valid_token_shapes(region: Optional[BatchValidRegion], grid_hw: Tuple[int, int]) -> Optional[List[Tuple[int, int]]]:
+def valid_token_shapes(region: Optional[BatchValidRegion], grid_hw: Tuple[int, int],
+                       stride: Union[int, Tuple[int, int], None] = None,
+                       where: str = 'valid_token_shapes') -> Optional[List[Tuple[int, int]]]:
     """Each image's valid token grid (h_tok, w_tok) inside a (H_tok, W_tok) token grid of the batch.
 
-    A token is valid when its patch holds a valid pixel: ``h_tok = ceil(h / stride)``, with the stride read
-    off the batch and the grid (``round(H / H_tok)``: exact for patch embeddings and poolings that pad or
-    floor, e.g. Swin's corner padding and ViTDet's stride-16 convolution). Returns None without a region or
-    when every token is valid (nothing to exclude).
+    A token is valid when its patch holds a valid pixel: ``h_tok = ceil(h / stride)`` (at most H_tok), exact for
+    patch embeddings and poolings that pad (Swin's corner padding: H_tok = ceil(H / stride)) or drop the last
+    partial patch (ViTDet's convolution: floor).
+
+    Args:
+        region (BatchValidRegion, optional): the batch's valid pixel sizes; None: every token valid.
+        grid_hw (tuple[int, int]): the token grid (H_tok, W_tok).
+        stride (int or tuple[int, int], optional): pixels per token along (H, W), which the module that made the
+            grid knows (its patch embedding's stride times each downsampling's). None: taken from the sizes where
+            they tell it exactly: a side that is a multiple of its grid (H = H_tok * s, as with a
+            ``pad_size_divisor`` that is a multiple of the stride), for both sides (square strides) where it
+            also makes the other side's grid; with neither side a multiple it is refused, since a guess
+            miscounts (a 130-pixel batch at stride 32 has 5 token rows, and round(130 / 5) = 26 would count the
+            fifth valid for an image 120 pixels tall, whose pixels end in the fourth). Default: None.
+        where (str): the name errors start with. Default: 'valid_token_shapes'.
+
+    Returns:
+        list[tuple[int, int]] or None: one (h_tok, w_tok) per image; None without a region or when every token
+        is valid (nothing to exclude).
+
+    Raises:
+        ValueError: when ``stride`` does not make the grid from the batch (H_tok is neither ceil(H / s) nor
+            floor(H / s)), or is None and the batch is not a multiple of the grid.
     """
     if region is None:
         return None
-    grid_h, grid_w = (int(size) for size in grid_hw)  # tensors while torch.jit.trace records the sizes
-    stride_h = max(1, round(region.batch_hw[0] / grid_h))
-    stride_w = max(1, round(region.batch_hw[1] / grid_w))
-    shapes = [(min(grid_h, math.ceil(h / stride_h)), min(grid_w, math.ceil(w / stride_w)))
+    grid = tuple(int(size) for size in grid_hw)  # tensors while torch.jit.trace records the sizes
+    if stride is None:
+        exact = [size // tokens for size, tokens in zip(region.batch_hw, grid) if size % tokens == 0]
+        if not exact or not _makes_grid(region.batch_hw, grid, (exact[0], exact[0])):
+            raise ValueError(
+                f'{where}: the stride of a {grid} token grid cannot be told from its {region.batch_hw} batch, which '
+                'is not a multiple of it; pad batches to a multiple of the stride (the data preprocessor\'s '
+                'pad_size_divisor, e.g. 32), or condition where the backbone knows its stride '
+                '(CondSwinTransformer, CondViT)')
+        strides = (exact[0], exact[0])
+    else:
+        strides = (stride, stride) if isinstance(stride, int) else tuple(int(s) for s in stride)
+        if not _makes_grid(region.batch_hw, grid, strides):
+            raise ValueError(f'{where}: stride={stride!r} does not make a {grid} token grid from a '
+                             f'{region.batch_hw} batch; use the stride of the module that made the grid')
+    shapes = [tuple(min(tokens, -(-size // s)) for size, tokens, s in zip((h, w), grid, strides))
               for h, w in region.img_shapes]
-    if all(shape == (grid_h, grid_w) for shape in shapes):
+    if all(shape == grid for shape in shapes):
         return None
     return shapes
+
+
+def _makes_grid(batch_hw: Tuple[int, int], grid: Tuple[int, int], strides: Tuple[int, int]) -> bool:
+    """Whether patches of ``strides`` pixels make the token ``grid`` from the batch: floor (the last partial
+    patch dropped) or ceil (padded) on each side."""
+    return all(tokens in (size // s, -(-size // s)) for size, tokens, s in zip(batch_hw, grid, strides))
 
 
 @MODELS.register_module()

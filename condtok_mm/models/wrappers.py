@@ -79,11 +79,12 @@ def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
                                  'tokens are padding; condition a submodule whose output is a feature map '
                                  "(token_layout 'BHWC' or 'BCHW') or a (tokens, hw_shape) tuple")
             return conditioner(tokens)
-        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape))
+        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape, where=conditioner.location))
     if layout == 'BHWC':
         b, h, w, c = tokens.shape
         return conditioner(tokens.reshape(b, h * w, c), (h, w),
-                           valid_token_shapes(region, (h, w))).reshape(b, h, w, c)
+                           valid_token_shapes(region, (h, w), where=conditioner.location)).reshape(b, h, w, c)
     b, c, h, w = tokens.shape
     matrix = tokens.flatten(2).transpose(1, 2)
-    return conditioner(matrix, (h, w), valid_token_shapes(region, (h, w))).transpose(1, 2).reshape(b, c, h, w)
+    valid_shapes = valid_token_shapes(region, (h, w), where=conditioner.location)
+    return conditioner(matrix, (h, w), valid_shapes).transpose(1, 2).reshape(b, c, h, w)

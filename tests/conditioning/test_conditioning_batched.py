@@ -18,9 +18,9 @@ KAPPA_TOL = 1e-4
 TAU = 1e-5
 REFERENCE_TOL = 3.0
 # the Newton-Schulz X + C against eigh's, relative to ||X + C||; and relative to ||C|| on regions of fewer tokens
-# than channels (measured: 2e-6 at most)
+# than channels (measured: 1.9e-5 at most, where eigh is 1.8e-5 from the SVD of u~ and Newton-Schulz 7e-6)
 SOLVER_TOL = 1e-4
-REGION_SOLVER_TOL = 1e-5
+REGION_SOLVER_TOL = 5e-5
 
 
 def embedded(n, rank, d=96, seed=0):
@@ -91,16 +91,18 @@ def test_the_two_solvers_agree(name):
 
 
 def rank_deficient_regions(d, dtype):
-    """A padded batch of token grids (4, H, W, d) whose valid regions hold fewer tokens than channels at several
-    ranks (one row of d - 1 tokens at rank d / 2, which lifted the bound to 2.04 when Newton-Schulz took these
-    from the d x d side, and rank d - 2; a block at rank 1) beside one full-rank region as tall as the grid."""
+    """A padded batch of token grids (5, H, W, d) whose valid regions hold fewer tokens than channels at several
+    ranks (a row of d - 1 tokens at rank d / 2, which lifted the bound to 2.05 when Newton-Schulz took these
+    from the d x d side, and at rank d - 2; a block at rank 1; a row at rank d / 2 - 1 whose token-side Gram matrix
+    has an eigenvalue of 1e-15 of its largest at d = 96, where Newton-Schulz without its polar refinement step
+    reached 2.0024) beside one full-rank region as tall as the grid."""
     height, width = 16, d
-    grid = torch.zeros(4, height, width, d, dtype=torch.float64)
-    regions = [(1, d - 1, d // 2), (1, d - 1, d - 2), (2, d // 4, 1)]
-    for image, (h, w, rank) in enumerate(regions):
-        grid[image, :h, :w] = embedded(h * w, rank, d=d, seed=image).reshape(h, w, d)
-    grid[3] = torch.randn(height, width, d, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    sizes = [(h, w) for h, w, _ in regions] + [(height, width)]
+    regions = [(1, d - 1, d // 2, 0), (1, d - 1, d - 2, 1), (2, d // 4, 1, 2), (1, d - 1, d // 2 - 1, 10)]
+    grid = torch.zeros(len(regions) + 1, height, width, d, dtype=torch.float64)
+    for image, (h, w, rank, seed) in enumerate(regions):
+        grid[image, :h, :w] = embedded(h * w, rank, d=d, seed=seed).reshape(h, w, d)
+    grid[-1] = torch.randn(height, width, d, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    sizes = [(h, w) for h, w, _, _ in regions] + [(height, width)]
     return grid.to(dtype), sizes
 
 

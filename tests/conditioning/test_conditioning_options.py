@@ -20,6 +20,9 @@ INVALID = [
     ('alpha', 1e30, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('alpha', '1', r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('alpha', True, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', torch.tensor(-3.0), r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', torch.tensor(1e30), r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
+    ('alpha', torch.tensor(float('nan')), r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('target_kappa', 1, 'a finite number > 1 (the paper uses 2.0)'),
     ('target_kappa', float('inf'), 'a finite number > 1 (the paper uses 2.0)'),
     ('target_kappa', float('nan'), 'a finite number > 1 (the paper uses 2.0)'),
@@ -82,11 +85,77 @@ def test_combinations_are_checked_on_the_whole_set_also_when_one_option_changes(
 
 def test_alpha_as_a_tensor_must_be_a_0_dim_floating_cpu_tensor():
     strength = torch.tensor(0.5, dtype=torch.float64)
-    assert ConditioningOptions(alpha=strength).alpha is strength  # used as it is: never read
+    assert ConditioningOptions(alpha=strength).alpha is strength  # used as it is, not copied
     for bad in (torch.ones(2), torch.tensor(1)):
         with pytest.raises(ValueError, match=r'^condition_tokens: alpha=tensor\(.*\) is invalid; use a number in '
                                              r'\[0, 100\] or a 0-dim floating CPU tensor \(got torch\.\w+ of shape'):
             ConditioningOptions(alpha=bad)
+
+
+
+@pytest.mark.parametrize('method', ['batched', 'gram'])
+def test_a_tensor_alpha_written_after_the_options_were_made_is_checked_at_the_call(method):
+    # a schedule updates the tensor in place; the batched path flags it in its status without reading it (at once
+    # on the CPU), the reference reads it; NaN is named as alpha, not as an overflow of X + C
+    strength = torch.tensor(0.5, dtype=torch.float64)
+    options = ConditioningOptions(alpha=strength, method=method, where='stage 0')
+    x = torch.nn.functional.layer_norm(torch.randn(2, 40, 8), (8, ))
+    for bad in (-3.0, 1e30, float('nan')):
+        strength.fill_(bad)
+        valid = 'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'
+        with pytest.raises(ValueError, match=message('stage 0', 'alpha', strength, valid)):
+            condition_tokens(x, options=options)
+        with pytest.raises(ValueError, match=message('stage 0', 'alpha', strength, valid)):
+            condition_valid_regions(x.view(2, 5, 8, 8), [(5, 8), (2, 3)], options=options)
+    strength.fill_(0.25)
+    assert torch.equal(condition_tokens(x, options=options), condition_tokens(x, alpha=0.25, method=method))
+
+
+@pytest.mark.parametrize('options, name, valid', [
+    (dict(method='gram', solver='eigh'), 'solver',
+     "'auto' with method='gram': the reference computes its own eigendecomposition (solver chooses the batched "
+     "path's)"),
+    (dict(detach=False, solver='newton_schulz'), 'solver',
+     "'auto' with detach=False (the gradient through the SVD runs on the float64 reference, method='gram'): the "
+     "reference computes its own eigendecomposition (solver chooses the batched path's)"),
+    (dict(method='svd', check=False), 'check',
+     "True or 'auto' with method='svd': the reference reads every value on the host and cannot run on non-finite "
+     'tokens, so it always raises at once'),
+    (dict(detach=False, check=False), 'check',
+     "True or 'auto' with detach=False (the gradient through the SVD runs on the float64 reference, "
+     "method='gram'): the reference reads every value on the host and cannot run on non-finite tokens, so it "
+     'always raises at once'),
+])
+def test_options_the_reference_path_would_ignore_are_refused(options, name, valid):
+    with pytest.raises(ValueError, match=message('condition_tokens', name, options[name], valid)):
+        ConditioningOptions(**options)
+    with pytest.raises(ValueError, match=message('condition_tokens', name, options[name], valid)):
+        condition_tokens(torch.randn(2, 12, 4), **options)
+    conditioner = MODELS.build(dict(type='TokenConditioner', **{name: options[name]}))
+    with pytest.raises(ValueError, match=message('TokenConditioner', name, options[name], valid)):
+        conditioner.options = conditioner.options.replace(**options)
+
+
+@pytest.mark.parametrize('name, value, error', [
+    ('scope', 'nonsense', "scope='nonsense' is invalid; use one of 'image', 'window'"),
+    ('position', 'output', "position='output' is invalid; use one of 'embedding', 'attention_input'"),
+    ('control', 'both', "control='both' is invalid; use None (the method) or one of"),
+    ('window_size', 4, "window_size=4 and shift_size=0 are invalid with scope='image'"),
+    ('mode', 'graying_dct', "scope='window' is invalid with mode='graying_dct'"),
+])
+def test_the_conditioners_own_arguments_are_checked_when_set_after_the_build(name, value, error):
+    scope = dict(scope='window', window_size=4) if name == 'mode' else {}
+    conditioner = MODELS.build(dict(type='TokenConditioner', **scope))
+    before = {key: getattr(conditioner, key) for key in ('scope', 'window_size', 'position', 'control', 'mode')}
+    with pytest.raises(ValueError, match='^TokenConditioner: ' + re.escape(error)):
+        setattr(conditioner, name, value)
+    assert {key: getattr(conditioner, key) for key in before} == before
+
+
+def test_valid_shapes_none_is_refused_by_name():
+    with pytest.raises(ValueError, match=r'^condition_valid_regions: valid_shapes=None is invalid; use one \(h, w\) '
+                                         r'pair of non-negative integers per image, or an integer \(B, 2\) tensor'):
+        condition_valid_regions(torch.randn(2, 3, 4, 4), None)
 
 
 def test_unknown_options_are_refused_naming_the_options():

@@ -68,6 +68,19 @@ def test_equals_the_svd_form_where_the_left_singular_vectors_are_dct_vectors():
     torch.testing.assert_close(dct_form.reshape(1, h * w, d), svd_form, rtol=0, atol=1e-12)
 
 
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_autocast_leaves_the_float32_transforms_in_float32(dtype):
+    # a mixed-precision training step runs the conditioner under autocast, which would run the float32 products in
+    # its lower precision (1e-3 of ||C|| with bfloat16)
+    grids = padded_grids(torch.float32, channels=32)
+    want = condition_valid_regions(grids, SIZES, mode='graying_dct')
+    with torch.autocast('cpu', dtype=dtype):
+        got = condition_valid_regions(grids, SIZES, mode='graying_dct')
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_an_image_in_a_padded_batch_is_grayed_as_it_would_be_alone():
     grids = padded_grids(torch.float64)
     grids[1, 6:, 8:] = float('nan')  # whatever the padding holds (it is not part of the image) reaches nothing

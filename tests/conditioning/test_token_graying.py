@@ -116,6 +116,34 @@ def test_gradient_through_graying_matches_finite_differences_and_stays_finite():
     assert torch.isfinite(rank_deficient.grad).all()
 
 
+
+@pytest.mark.parametrize('scale', [1e-36, 1e-40, 1e-44])  # below the float32 floor, the last two subnormal
+def test_graying_float32_tokens_far_below_any_real_scale_have_finite_gradients_of_the_shrunk_map(scale):
+    # the map does not scale with X, so its slope grows as 1 / s_1: float32 tokens near 1e-40 had Inf gradients.
+    # Below s_1 = 1 / (RANK_RTOL max) the map is multiplied by s_1 / that floor; the gradient is that map's, in
+    # float64 autograd of its SVD formula, and both paths give its values
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 20, 6, generator=gen, dtype=torch.float64) * scale).float()
+    weight = torch.randn(2, 20, 6, generator=gen)
+    floor = 1 / (RANK_RTOL * torch.finfo(torch.float32).max)
+
+    def shrunk_map(t):
+        u, s, vh = torch.linalg.svd(t, full_matrices=False)
+        return (u * ((s / s[..., :1])**0.5 * (s[..., :1] / floor).clamp_max(1)).unsqueeze(-2)) @ vh
+
+    x64 = x.double().requires_grad_(True)
+    want = shrunk_map(x64)
+    (want_grad, ) = torch.autograd.grad((want * weight.double()).sum(), x64)
+    tokens = x.clone().requires_grad_(True)
+    got = condition_tokens(tokens, mode='graying', epsilon=0.5, detach=False)
+    (got_grad, ) = torch.autograd.grad((got * weight).sum(), tokens)
+    assert torch.isfinite(got_grad).all()
+    torch.testing.assert_close(got_grad.double(), want_grad, rtol=1e-4, atol=1e-4 * float(want_grad.abs().max()))
+    for method in METHODS:  # detach=True: the batched path and the reference, the same map
+        torch.testing.assert_close(condition_tokens(x, mode='graying', epsilon=0.5, method=method).double(),
+                                   want.detach(), rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
 @pytest.mark.parametrize('window_size', [None, 4])
 def test_each_image_is_grayed_on_its_valid_region_only(window_size):
     grid = layer_normed(2, 10 * 12, 16).view(2, 10, 12, 16)

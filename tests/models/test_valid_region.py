@@ -102,16 +102,49 @@ def test_region_is_forgotten_with_its_batch():
     assert batch_valid_region(batch_size=1) is None
 
 
-@pytest.mark.parametrize('batch_hw, grid, want', [
-    ((128, 192), (32, 48), [(25, 30), (32, 48)]),   # Swin stride 4: ceil(100 / 4), ceil(120 / 4)
-    ((128, 192), (16, 24), [(13, 15), (16, 24)]),   # stride 8 (after a patch merging)
-    ((130, 190), (33, 48), [(25, 30), (33, 48)]),   # a batch not a multiple of the stride (Swin pads it)
-    ((1024, 1024), (64, 64), [(7, 8), (64, 64)]),   # ViTDet stride 16
+@pytest.mark.parametrize('batch_hw, grid, stride, want', [
+    ((128, 192), (32, 48), None, [(25, 30), (32, 48)]),   # Swin stride 4: ceil(100 / 4), ceil(120 / 4)
+    ((128, 192), (16, 24), None, [(13, 15), (16, 24)]),   # stride 8 (after a patch merging)
+    ((128, 190), (4, 6), None, [(4, 4), (4, 6)]),         # stride 32 read off the side that is a multiple of it
+    ((130, 190), (33, 48), 4, [(25, 30), (33, 48)]),      # a batch not a multiple of the stride (Swin pads it)
+    ((130, 190), (5, 6), 32, [(4, 4), (5, 6)]),           # stride 32 there: the fifth row holds no valid pixel
+    ((130, 190), (4, 5), (32, 32), [(4, 4), (4, 5)]),     # a convolution that drops the partial patch (floor)
+    ((1024, 1024), (64, 64), None, [(7, 8), (64, 64)]),   # ViTDet stride 16
 ])
-def test_valid_token_shapes_count_every_token_that_holds_a_valid_pixel(batch_hw, grid, want):
+def test_valid_token_shapes_count_every_token_that_holds_a_valid_pixel(batch_hw, grid, stride, want):
     inputs = torch.zeros(2, 3, *batch_hw)
     record_valid_region(inputs, [(100, 120), batch_hw])
-    assert valid_token_shapes(batch_valid_region(inputs), grid) == want
+    assert valid_token_shapes(batch_valid_region(inputs), grid, stride) == want
+
+
+def test_valid_token_shapes_refuse_a_stride_they_cannot_know():
+    inputs = torch.zeros(2, 3, 130, 190)
+    record_valid_region(inputs, [(120, 120), (130, 190)])
+    region = batch_valid_region(inputs)
+    # the batch is not a multiple of the grid: the stride cannot be read off the sizes (a guess of
+    # round(130 / 5) = 26 counted a fifth valid row for the 120-pixel image)
+    with pytest.raises(ValueError, match=r'^stage 3: the stride of a \(5, 6\) token grid cannot be told from its '
+                                         r"\(130, 190\) batch, which is not a multiple of it; pad batches to a "
+                                         r"multiple of the stride \(the data preprocessor's pad_size_divisor"):
+        valid_token_shapes(region, (5, 6), where='stage 3')
+    with pytest.raises(ValueError, match=r'stride=16 does not make a \(5, 6\) token grid from a \(130, 190\) batch'):
+        valid_token_shapes(region, (5, 6), 16)
+
+
+@pytest.mark.parametrize('batch_hw', [(130, 190), (160, 192)])
+def test_swin_conditions_every_stage_on_the_tokens_that_hold_valid_pixels(batch_hw):
+    # a batch that is not a multiple of the deepest stride (32), as a host config's pad_size_divisor may leave it
+    init_default_scope('mmdet')
+    swin = MODELS.build(dict(type='CondSwinTransformer', embed_dims=8, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1),
+                             window_size=2, condition_stages=(0, 1, 2, 3)))
+    swin.eval()  # mmdet's SwinTransformer.train returns None
+    inputs = torch.zeros(2, 3, *batch_hw)
+    record_valid_region(inputs, [(120, 100), batch_hw])
+    with torch.no_grad():
+        swin(inputs)
+    for stage, stride in enumerate((4, 8, 16, 32)):
+        hw_shape, valid_shapes = swin._stage_grid[stage]
+        assert valid_shapes[0] == (-(-120 // stride), -(-100 // stride)), (stage, hw_shape, valid_shapes)
 
 
 def test_valid_token_shapes_is_none_when_nothing_is_padded():

@@ -74,6 +74,13 @@ class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
                 first_block.norm1.register_forward_hook(partial(self._condition_attention_input, stage))
         # The token grid and valid region of the stage being run, for the attention-input hooks.
         self._stage_grid = {}
+        # Pixels per token of each stage's input: the patch embedding's stride times each patch merging's before
+        # it (what a valid pixel size is divided by; the batch need not be a multiple of it).
+        stride = tuple(self.patch_embed.projection.stride)
+        self._token_strides = [stride]
+        for stage in self.stages[:-1]:
+            stride = tuple(s * t for s, t in zip(stride, stage.downsample.sampler.stride))
+            self._token_strides.append(stride)
 
     def _condition(self, stage: int, tokens, hw_shape, valid_shapes):
         conditioner = self.conditioners[str(stage)] if str(stage) in self.conditioners else None
@@ -88,7 +95,7 @@ class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
     def forward(self, x):
         region = batch_valid_region(x)
         x, hw_shape = self.patch_embed(x)
-        valid_shapes = valid_token_shapes(region, hw_shape)
+        valid_shapes = valid_token_shapes(region, hw_shape, self._token_strides[0])
         self._stage_grid[0] = (hw_shape, valid_shapes)
         x = self._condition(0, x, hw_shape, valid_shapes)
 
@@ -99,7 +106,7 @@ class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
         outs = []
         for i, stage in enumerate(self.stages):
             if i > 0:
-                valid_shapes = valid_token_shapes(region, hw_shape)
+                valid_shapes = valid_token_shapes(region, hw_shape, self._token_strides[i])
                 self._stage_grid[i] = (hw_shape, valid_shapes)
                 x = self._condition(i, x, hw_shape, valid_shapes)
             x, hw_shape, out, out_hw_shape = stage(x, hw_shape)

@@ -85,7 +85,7 @@ class CondViT(ViTDetViT):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         region = batch_valid_region(x)
         x = self.patch_embed(x)
-        self._valid_shapes = valid_token_shapes(region, x.shape[1:3])
+        self._valid_shapes = valid_token_shapes(region, x.shape[1:3], tuple(self.patch_embed.proj.stride))
         conditions_embedding = self.conditioner is not None and not self.conditions_attention_input
         if conditions_embedding and not self.condition_after_pos_embed:
             x = self._condition(x)
