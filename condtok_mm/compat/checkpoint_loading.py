@@ -221,9 +221,46 @@ def load_from_openmmlab(filename, map_location=None):
     return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
 
 
-_WEIGHTS_ONLY_LOCK = threading.Lock()
+# The loaders this module installs and mmengine's prefixes for each. torchvision://, modelzoo:// and mmcls://
+# keep mmengine's loaders, which resolve the name to a URL and call load_from_http by its name in
+# mmengine.runner.checkpoint (installed too).
+SCHEMES = (
+    ('', load_from_local),
+    (('http://', 'https://'), load_from_http),
+    ((r'(\S+\:)?s3://', r'(\S+\:)?petrel://'), load_from_ceph),
+    ('pavi://', load_from_pavi),
+    (('open-mmlab://', 'openmmlab://'), load_from_openmmlab),
+)
+
+_LOADERS_LOCK = threading.Lock()  # held while the loaders are installed or restored and the blocks counted
 _weights_only_depth = 0  # blocks inside weights_only_loading, in every thread
-_outer_loaders = None  # mmengine's loaders as the first of them found them
+# What the last block to end restores: mmengine's loaders as the first block found them, or None once the process
+# opted in (apply) while blocks were open.
+_outer_loaders = None
+
+
+def _install():
+    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
+    for prefixes, loader in SCHEMES:
+        CheckpointLoader.register_scheme(prefixes=prefixes, loader=loader, force=True)
+    checkpoint_module.load_from_http = load_from_http
+
+
+def _restore(outer_schemes, outer_http):
+    """mmengine's loaders back under each prefix that still holds the one :func:`_install` put there; a loader
+    registered since (by the host, in another thread) stays, and so do prefixes added since."""
+    ours = {prefix: loader for prefixes, loader in SCHEMES
+            for prefix in (prefixes if isinstance(prefixes, tuple) else (prefixes, ))}
+    restored = OrderedDict()
+    for prefix, loader in CheckpointLoader._schemes.items():
+        if ours.get(prefix) is not loader:
+            restored[prefix] = loader  # registered since
+        elif prefix in outer_schemes:
+            restored[prefix] = outer_schemes[prefix]
+    # swapped in whole, as register_scheme does: another thread may be iterating the schemes
+    CheckpointLoader._schemes = restored
+    if checkpoint_module.load_from_http is load_from_http:
+        checkpoint_module.load_from_http = outer_http
 
 
 @contextlib.contextmanager
@@ -232,33 +269,31 @@ def weights_only_loading():
     the loaders are what they were. condtok_mm's modules load their checkpoints (their own ``init_cfg``, a
     wrapped module's) inside it, so that a host that did not opt in to condtok_mm.compat still never runs a
     checkpoint's pickle through them, and mmengine is left as the host has it. Nested and concurrent blocks (model
-    builds in several threads) share one installation: the loaders come back when the last block ends."""
+    builds in several threads) share one installation: the loaders come back when the last block ends, only under
+    the prefixes that still hold the block's (a loader the host registered meanwhile stays), and not at all where
+    the process opted in (:func:`apply`, in any thread) meanwhile."""
     global _weights_only_depth, _outer_loaders
-    with _WEIGHTS_ONLY_LOCK:
+    with _LOADERS_LOCK:
         if _weights_only_depth == 0:
             # register_scheme edits the dict in place before it sorts it into a new one: keep a copy
             _outer_loaders = OrderedDict(CheckpointLoader._schemes), checkpoint_module.load_from_http
-            apply()
+            _install()
         _weights_only_depth += 1
     try:
         yield
     finally:
-        with _WEIGHTS_ONLY_LOCK:
+        with _LOADERS_LOCK:
             _weights_only_depth -= 1
             if _weights_only_depth == 0:
-                CheckpointLoader._schemes, checkpoint_module.load_from_http = _outer_loaders
+                if _outer_loaders is not None:
+                    _restore(*_outer_loaders)
                 _outer_loaders = None
 
 
 def apply() -> None:
-    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
-    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
-    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_from_http, force=True)
-    CheckpointLoader.register_scheme(prefixes=[r'(\S+\:)?s3://', r'(\S+\:)?petrel://'], loader=load_from_ceph,
-                                     force=True)
-    CheckpointLoader.register_scheme(prefixes='pavi://', loader=load_from_pavi, force=True)
-    CheckpointLoader.register_scheme(prefixes=('open-mmlab://', 'openmmlab://'), loader=load_from_openmmlab,
-                                     force=True)
-    # torchvision://, modelzoo:// and mmcls:// keep mmengine's loaders, which resolve the name to a URL and call
-    # load_from_http by its name in mmengine.runner.checkpoint
-    checkpoint_module.load_from_http = load_from_http
+    """Install the weights-only loaders for the rest of the process (the opt-in): the
+    :func:`weights_only_loading` blocks open now, in any thread, leave them in place when they end."""
+    global _outer_loaders
+    with _LOADERS_LOCK:
+        _install()
+        _outer_loaders = None
