@@ -19,7 +19,7 @@ import subprocess
 from condtok_mm.compat.checkpoint_loading import download_url
 from condtok_mm.version import __version__
 from .plan import resolved_config
-from .results import read_json
+from .results import UnreadableCellFile, read_json
 
 FINGERPRINT_FILE = 'suite_cell.json'
 FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
@@ -123,11 +123,16 @@ def recorded_wall_time(cell):
 
 def cell_record(cell):
     """The cell's suite_cell.json as a dict, or None where it has none; raises
-    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed."""
+    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed or is not a JSON
+    object."""
     path = fingerprint_path(cell)
     if not osp.isfile(path):
         return None
-    return read_json(path)
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise UnreadableCellFile(f'{path} holds {json.dumps(record)[:60]}, not the record of a cell (a JSON '
+                                 'object): set the cell aside (move its work dir away) to run it again')
+    return record
 
 
 def recorded_fingerprint(cell):

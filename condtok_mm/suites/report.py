@@ -6,6 +6,7 @@ import json
 import os.path as osp
 
 from .fingerprint import cell_record
+from .results import UnreadableCellFile
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
@@ -155,7 +156,7 @@ def summary_of(suite, cells, run):
     """The JSON summary; ``run`` holds how the cells were run: command, launcher, jobs, nproc, ran, reused,
     wall_s, machine, unfingerprinted (the work dirs of cells reused without a fingerprint)."""
     rows, best = aggregate(suite, cells)
-    records = [cell_record(cell) or {} for cell in cells if osp.isdir(cell.work_dir)]  # each suite_cell.json once
+    records = [readable_record(cell) for cell in cells if osp.isdir(cell.work_dir)]  # each suite_cell.json once
     return dict(command=run['command'], suite=suite.path, launcher=run['launcher'], jobs=run['jobs'],
                 nproc=run['nproc'], cells=len(cells), ran=run['ran'], reused=run['reused'], wall_s=run['wall_s'],
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
@@ -164,6 +165,15 @@ def summary_of(suite, cells, run):
                 rows=rows, best=best,
                 validation=validation_rows(suite, cells, best), commits=commits_of(records), cpus=cpus_of(records),
                 cell_times=cell_times_of(records, len(cells)), cells_detail=[cell.to_json() for cell in cells])
+
+
+def readable_record(cell):
+    """The cell's suite_cell.json, or {} where it has none or one that cannot be read (that cell is marked
+    unreadable and named)."""
+    try:
+        return cell_record(cell) or {}
+    except UnreadableCellFile:
+        return {}
 
 
 def commits_of(records):

@@ -61,7 +61,8 @@ from condtok_mm.suites.launch import LAUNCHERS, commands, run_pending  # noqa: E
 from condtok_mm.suites.plan import STAGES, cells_of_stage  # noqa: E402
 from condtok_mm.suites.plots import plot  # noqa: E402
 from condtok_mm.suites.report import REPORT_FILES, summary_of, write_tables  # noqa: E402
-from condtok_mm.suites.results import UnreadableCellFile, cell_results, cell_state  # noqa: E402
+from condtok_mm.suites.results import (UnreadableCellFile, cell_results, cell_state,  # noqa: E402
+                                        unreadable_results)
 from condtok_mm.suites.schema import SuiteError, load_suite, phase_of  # noqa: E402
 from condtok_mm.utils import describe_machine  # noqa: E402
 
@@ -115,12 +116,17 @@ def print_commands(cells, args):
 def reusable(suite, new, states, args):
     """Check the fingerprint of every cell that has a work dir against the one it records; stop naming the
     cells that differ (or set them aside with --rerun-changed) and those that record none (unless
-    --accept-unfingerprinted). Returns the cells accepted without a fingerprint."""
-    changed, unrecorded = [], []
+    --accept-unfingerprinted). Returns the cells accepted without a fingerprint and {id(cell): the file and the
+    fix} of those whose record cannot be read (neither run nor gathered: nothing says which cell they are)."""
+    changed, unrecorded, unreadable = [], [], {}
     for cell in new:
         if states[id(cell)] == 'new' and not osp.isdir(cell.work_dir):
             continue
-        recorded = recorded_fingerprint(cell)
+        try:
+            recorded = recorded_fingerprint(cell)
+        except UnreadableCellFile as error:
+            unreadable[id(cell)] = str(error)
+            continue
         if recorded is None:
             unrecorded.append(cell)
         elif recorded != cell.fingerprint:
@@ -143,7 +149,7 @@ def reusable(suite, new, states, args):
     for cell, _ in changed:
         print(f'{describe(cell)} changed: set aside to {set_aside(cell)}; it runs again')
         states[id(cell)] = 'new'
-    return unrecorded
+    return unrecorded, unreadable
 
 
 def describe(cell):
@@ -162,8 +168,8 @@ def run_step(suite, step, new, args):
                      'kept) or another --out-dir')
     for cell in new:
         cell.fingerprint = fingerprint(cell, REPO_ROOT)
-    unrecorded = reusable(suite, new, states, args)
-    pending = [cell for cell in new if states[id(cell)] != 'finished']
+    unrecorded, unreadable = reusable(suite, new, states, args)
+    pending = [cell for cell in new if states[id(cell)] != 'finished' and id(cell) not in unreadable]
     for cell in new:
         if states[id(cell)] == 'finished':
             cell.status = 'reused'
@@ -174,7 +180,8 @@ def run_step(suite, step, new, args):
         run_pending(pending, args, REPO_ROOT, f'{suite.name} {step}')
         ran = len(pending)
     for cell in new:
-        cell.results = cell_results(cell, suite.escape)
+        cell.results = (unreadable_results(unreadable[id(cell)]) if id(cell) in unreadable else
+                        cell_results(cell, suite.escape))
         if 'unreadable' in cell.results:  # the others are gathered; this one is named at the end
             cell.status = 'unreadable'
             print(f'cell {describe(cell)}: {cell.results["unreadable"]}', file=sys.stderr)
