@@ -17,6 +17,7 @@ import os.path as osp
 import subprocess
 
 from condtok_mm.compat.checkpoint_loading import download_url
+from condtok_mm.utils import write_whole_text
 from condtok_mm.version import __version__
 from .plan import resolved_config
 from .results import UnreadableCellFile, read_json
@@ -108,11 +109,9 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None):
     not known). The CPU is not part of the fingerprint, but a cell reruns bit-identically only on the same kind
     (docs/en/studies/repeatability.md)."""
     os.makedirs(cell.work_dir, exist_ok=True)
-    path = fingerprint_path(cell)
-    with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu,
-                       **record), f, indent=1)
-    os.replace(path + '.tmp', path)  # never a half-written record
+    write_whole_text(fingerprint_path(cell), json.dumps(dict(variant=cell.variant, config_file=cell.config,
+                                                             commit=commit, wall_s=wall_s, cpu=cpu, **record),
+                                                        indent=1))  # never a half-written record
 
 
 def recorded_wall_time(cell):

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os.path as osp
 
+from condtok_mm.utils import write_whole_text
 from .fingerprint import cell_record
 from .results import UnreadableCellFile
 from .statistics import REPORTED_METRICS, reported_metrics
@@ -209,10 +210,9 @@ def fmt_cell_times(times):
 
 
 def write_tables(suite, result, out_dir):
-    """suite.json and suite.md in ``out_dir``; returns the markdown table."""
-    with open(osp.join(out_dir, 'suite.json'), 'w') as f:
-        json.dump(result, f, indent=1)
+    """suite.json and suite.md in ``out_dir``, each replaced whole; returns the markdown table."""
+    write_whole_text(osp.join(out_dir, 'suite.json'), json.dumps(result, indent=1))
     table = markdown(suite, result['rows'], result['best'], result)
-    with open(osp.join(out_dir, 'suite.md'), 'w') as f:
-        f.write(f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: ap_vs_lr.png, seeds.png, loss.png, kappa.png.\n')
+    write_whole_text(osp.join(out_dir, 'suite.md'), f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: '
+                     'ap_vs_lr.png, seeds.png, loss.png, kappa.png.\n')
     return table

@@ -35,7 +35,7 @@ and runs it again), and so does a cell that records none (--accept-unfingerprint
 suite.md names it). Without --resume the runner refuses an OUT_DIR that already holds cells. --gather-only
 runs nothing and gathers the finished cells (checked the same way). --dry-run prints the commands. SIGINT or
 SIGTERM stops the running cells (each command runs in its own process group) and exits with 130; --resume
-continues them.
+continues them. So does an interrupt while the report is written: each file of the report is replaced whole.
 
 Writes to OUT_DIR: suite.md (every rate on the selection seeds, or on the seeds in a suite without them; each
 variant at its chosen rate on the reported seeds; the validations during training), with means, per-seed
@@ -43,7 +43,8 @@ values, paired differences to each variant's reference (95 % t interval, exact s
 family), final loss, plateau escapes, divergences and failures; suite.json (every cell's values and curves,
 and the aggregates); ap_vs_lr.png; seeds.png (each reported seed's metric across the variants, and the
 validations during training); loss.png and kappa.png (loss and kappa curves at each variant's chosen rate,
-where the configs record kappa); and prints the tables.
+where the configs record kappa); and prints the tables. Each is written under a temporary name and renamed, so
+that a reader, or a run stopped meanwhile, finds it whole.
 """
 import argparse
 import os
@@ -214,37 +215,55 @@ def run_phases(suite, args):
     return cells, ran, reused, unverified
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    try:
-        suite = load_suite(args.suite, REPO_ROOT)
-    except SuiteError as error:
-        sys.exit(f'error: {error}')
-    command = 'python ' + shlex.join([osp.relpath(osp.abspath(__file__), REPO_ROOT), *(argv or sys.argv[1:])])
-    start = time.perf_counter()
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        cells, ran, reused, unverified = run_phases(suite, args)
-    except UnreadableCellFile as error:
-        sys.exit(f'error: {error}')
-    except KeyboardInterrupt:
-        print(f'interrupted: the running cells were stopped; the same command with --resume continues them '
-              f'({args.out_dir})', file=sys.stderr)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if args.dry_run:
-        return
-    result = summary_of(suite, cells, dict(
-        command=command, launcher=args.launcher, jobs=args.jobs, nproc=args.nproc, ran=ran, reused=reused,
-        wall_s=time.perf_counter() - start, machine=describe_machine(),
-        unfingerprinted=[cell.work_dir for cell in unverified]))
-    os.makedirs(args.out_dir, exist_ok=True)
-    paths = {name: osp.join(args.out_dir, name) for name in REPORT_FILES}
-    table = write_tables(suite, result, args.out_dir)
+def write_report(suite, cells, run, out_dir):
+    """suite.json, suite.md and the figures of the gathered ``cells`` in ``out_dir``, each replaced whole; prints
+    the tables. ``run``: how the cells were run (report.summary_of)."""
+    result = summary_of(suite, cells, run)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: osp.join(out_dir, name) for name in REPORT_FILES}
+    table = write_tables(suite, result, out_dir)
     plot(suite, cells, result['rows'], result['best'], result['validation'], paths)
     print('\n' + table)
     print('wrote ' + ', '.join(paths.values()))
+
+
+def interrupted(args, reporting):
+    """What an interrupt (Ctrl-C, SIGTERM) left and how to go on: while the cells ran, or while the report was
+    written (``reporting``)."""
+    if not reporting:
+        return (f'interrupted: the running cells were stopped; the same command with --resume continues them '
+                f'({args.out_dir})')
+    again = 'the same command' if args.resume or args.gather_only else 'the same command with --resume'
+    return (f'interrupted while writing the report: the cells are finished, and each of {", ".join(REPORT_FILES)} '
+            f'in {args.out_dir} is whole (its previous version or the new one); {again} writes them again')
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    command = 'python ' + shlex.join([osp.relpath(osp.abspath(__file__), REPO_ROOT), *(argv or sys.argv[1:])])
+    start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    reporting = False
+    try:
+        try:
+            suite = load_suite(args.suite, REPO_ROOT)
+        except SuiteError as error:
+            sys.exit(f'error: {error}')
+        cells, ran, reused, unverified = run_phases(suite, args)
+        if args.dry_run:
+            return
+        reporting = True
+        write_report(suite, cells, dict(
+            command=command, launcher=args.launcher, jobs=args.jobs, nproc=args.nproc, ran=ran, reused=reused,
+            wall_s=time.perf_counter() - start, machine=describe_machine(),
+            unfingerprinted=[cell.work_dir for cell in unverified]), args.out_dir)
+    except UnreadableCellFile as error:
+        sys.exit(f'error: {error}')
+    except KeyboardInterrupt:
+        print(interrupted(args, reporting), file=sys.stderr)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     failed = [cell for cell in cells if cell.status in ('failed', 'missing', 'unreadable')]
     if failed:
         sys.exit(f'error: {len(failed)} of {len(cells)} cells did not finish: '
