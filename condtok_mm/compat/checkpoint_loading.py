@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import pickle
 import re
+import struct
 import threading
 import warnings
 from collections import OrderedDict
@@ -49,6 +50,17 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint holds objects of types outside :func:`checkpoint_safe_globals`: loading it could run code."""
+
+
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint path that holds no checkpoint torch can read: a directory, an empty, cut-off or corrupt file, or
+    a file that torch.save did not write; the message names it and the fix."""
+
+
+# How a file that torch.save wrote starts: its zip format (torch >= 1.6), or the legacy format's pickle (protocol 2)
+ZIP_START, LEGACY_START = b'PK\x03\x04', b'\x80'
+# What torch says of a file it cannot read to the end: a zip archive's reader, the legacy format's storage reads
+CORRUPT_FILE_MESSAGES = re.compile(r'PytorchStreamReader failed|The file might be corrupted')
 
 
 # HistoryBuffer's default statistics methods (mmengine 0.10.7 HistoryBuffer._set_default_statistics), which every
@@ -109,13 +121,57 @@ def _offending_globals(file, error: pickle.UnpicklingError) -> str:
     return (found.group(1) or found.group(2)).strip() if found else str(error)
 
 
+def _start_of(file, size=16):
+    """The first ``size`` bytes of ``file`` (a path or a binary buffer)."""
+    if hasattr(file, 'seek'):
+        file.seek(0)
+        return file.read(size)
+    with open(file, 'rb') as f:
+        return f.read(size)
+
+
+def _unreadable(source: str, file, error: Exception):
+    """The :class:`UnreadableCheckpointError` for ``error``, raised by torch.load of ``file``, where the file is
+    empty, was not written by torch.save, or is cut off or corrupt; None where ``error`` says something else (a
+    pickle that the weights-only unpickler refused, a device that map_location cannot give)."""
+    start = _start_of(file)
+    if not start:
+        return UnreadableCheckpointError(
+            f'{source} is empty (0 bytes), not a checkpoint: a save or a download that was cut off (a killed run, a '
+            'full disk) leaves one. Give another checkpoint, or delete it and save or download it again.')
+    cut_in_zip_start = len(start) < len(ZIP_START) and ZIP_START.startswith(start)
+    if not (start.startswith((ZIP_START, LEGACY_START)) or cut_in_zip_start):
+        return UnreadableCheckpointError(
+            f'{source} is not a checkpoint that torch.save wrote (it starts with {start!r}). Give the .pth file of '
+            'a checkpoint.')
+    if cut_in_zip_start:
+        reason = 'it ends inside the zip header'
+    elif isinstance(error, pickle.UnpicklingError) or (isinstance(error, RuntimeError)
+                                                       and not CORRUPT_FILE_MESSAGES.search(str(error))):
+        return None
+    else:
+        reason = str(error).split('. ')[0] or 'it ends before the checkpoint does'
+    return UnreadableCheckpointError(
+        f'{source} is cut off or corrupt ({reason}): a save or a download that did not finish leaves one. Give '
+        'another checkpoint, or save or download it again.')
+
+
 def _load_weights_only(load, source: str, file):
     """``load()`` (a torch.load with weights_only=True of ``file``) with the allow-list in effect; a checkpoint
-    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``."""
+    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``, a file that
+    holds no checkpoint with an :class:`UnreadableCheckpointError` that names it."""
     with torch.serialization.safe_globals(checkpoint_safe_globals()):
         try:
             return load()
+        except (EOFError, RuntimeError, struct.error, IndexError, UnicodeDecodeError) as error:  # a cut-off file
+            unreadable = _unreadable(source, file, error)
+            if unreadable is None:
+                raise
+            raise unreadable from None
         except pickle.UnpicklingError as error:
+            unreadable = _unreadable(source, file, error)
+            if unreadable is not None:
+                raise unreadable from None
             offending = _offending_globals(file, error)
             raise UnsafeCheckpointError(
                 f'Refusing to load the checkpoint {source}: it holds {offending}, which a checkpoint of weights '
@@ -129,6 +185,12 @@ def _load_weights_only(load, source: str, file):
 def load_from_local(filename, map_location=None):
     """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
     filename = osp.expanduser(filename)
+    if osp.isdir(filename):
+        held = sorted(name for name in os.listdir(filename) if name.endswith('.pth'))
+        raise UnreadableCheckpointError(
+            f'{filename} is a directory, not a checkpoint file: give the checkpoint file in it ('
+            + (f'it holds {", ".join(held[:5])}{", ..." if len(held) > 5 else ""}' if held else 'it holds no .pth file')
+            + ').')
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return _load_weights_only(lambda: torch.load(filename, map_location=map_location, weights_only=True),
