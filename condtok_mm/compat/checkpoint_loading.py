@@ -187,10 +187,9 @@ def load_from_local(filename, map_location=None):
     filename = osp.expanduser(filename)
     if osp.isdir(filename):
         held = sorted(name for name in os.listdir(filename) if name.endswith('.pth'))
-        raise UnreadableCheckpointError(
-            f'{filename} is a directory, not a checkpoint file: give the checkpoint file in it ('
-            + (f'it holds {", ".join(held[:5])}{", ..." if len(held) > 5 else ""}' if held else 'it holds no .pth file')
-            + ').')
+        listing = ', '.join(held[:5]) + (', ...' if len(held) > 5 else '') if held else 'no .pth file'
+        raise UnreadableCheckpointError(f'{filename} is a directory, not a checkpoint file: give the checkpoint file in '
+                                        f'it (it holds {listing}).')
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return _load_weights_only(lambda: torch.load(filename, map_location=map_location, weights_only=True),
@@ -283,16 +282,19 @@ def load_from_openmmlab(filename, map_location=None):
     return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
 
 
-# The loaders this module installs and mmengine's prefixes for each. torchvision://, modelzoo:// and mmcls://
+# The loader this module installs under each of mmengine's prefixes. torchvision://, modelzoo:// and mmcls://
 # keep mmengine's loaders, which resolve the name to a URL and call load_from_http by its name in
 # mmengine.runner.checkpoint (installed too).
-SCHEMES = (
-    ('', load_from_local),
-    (('http://', 'https://'), load_from_http),
-    ((r'(\S+\:)?s3://', r'(\S+\:)?petrel://'), load_from_ceph),
-    ('pavi://', load_from_pavi),
-    (('open-mmlab://', 'openmmlab://'), load_from_openmmlab),
-)
+SCHEMES = {
+    '': load_from_local,
+    'http://': load_from_http,
+    'https://': load_from_http,
+    r'(\S+\:)?s3://': load_from_ceph,
+    r'(\S+\:)?petrel://': load_from_ceph,
+    'pavi://': load_from_pavi,
+    'open-mmlab://': load_from_openmmlab,
+    'openmmlab://': load_from_openmmlab,
+}
 
 _LOADERS_LOCK = threading.Lock()  # held while the loaders are installed or restored and the blocks counted
 _weights_only_depth = 0  # blocks inside weights_only_loading, in every thread
@@ -303,19 +305,18 @@ _outer_loaders = None
 
 def _install():
     # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
-    for prefixes, loader in SCHEMES:
-        CheckpointLoader.register_scheme(prefixes=prefixes, loader=loader, force=True)
+    for loader in dict.fromkeys(SCHEMES.values()):  # each loader once, with its prefixes
+        CheckpointLoader.register_scheme(prefixes=[prefix for prefix in SCHEMES if SCHEMES[prefix] is loader],
+                                         loader=loader, force=True)
     checkpoint_module.load_from_http = load_from_http
 
 
 def _restore(outer_schemes, outer_http):
     """mmengine's loaders back under each prefix that still holds the one :func:`_install` put there; a loader
     registered since (by the host, in another thread) stays, and so do prefixes added since."""
-    ours = {prefix: loader for prefixes, loader in SCHEMES
-            for prefix in (prefixes if isinstance(prefixes, tuple) else (prefixes, ))}
     restored = OrderedDict()
     for prefix, loader in CheckpointLoader._schemes.items():
-        if ours.get(prefix) is not loader:
+        if SCHEMES.get(prefix) is not loader:
             restored[prefix] = loader  # registered since
         elif prefix in outer_schemes:
             restored[prefix] = outer_schemes[prefix]

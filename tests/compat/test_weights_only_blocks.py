@@ -13,8 +13,6 @@ from condtok_mm import compat
 from condtok_mm.compat import checkpoint_loading
 from condtok_mm.compat.checkpoint_loading import SCHEMES, weights_only_loading
 
-OURS = {prefix: loader for prefixes, loader in SCHEMES
-        for prefix in (prefixes if isinstance(prefixes, tuple) else (prefixes, ))}
 
 
 class Steps(threading.Thread):
@@ -67,7 +65,7 @@ def host(monkeypatch):
 
 
 def installed():
-    return (all(CheckpointLoader._schemes[prefix] is loader for prefix, loader in OURS.items())
+    return (all(CheckpointLoader._schemes[prefix] is loader for prefix, loader in SCHEMES.items())
             and checkpoint_module.load_from_http is checkpoint_loading.load_from_http)
 
 
@@ -118,5 +116,5 @@ def test_a_loader_the_host_registers_during_a_block_stays_after_it(host):
     CheckpointLoader.register_scheme('own://', own_scheme)
     threads['A'].take('exit')
     assert CheckpointLoader._schemes[''] is own_local and CheckpointLoader._schemes['own://'] is own_scheme
-    assert all(CheckpointLoader._schemes[prefix] is loaders[prefix] for prefix in OURS if prefix != '')
+    assert all(CheckpointLoader._schemes[prefix] is loaders[prefix] for prefix in SCHEMES if prefix != '')
     assert checkpoint_module.load_from_http is loaders['http']

@@ -8,7 +8,8 @@ import matplotlib.figure
 import pytest
 
 from condtok_mm.suites import report
-from helpers.suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, run_suite, write_cell, write_suite
+from helpers.suite_runs import (BASELINE, CONDITIONED, record_fingerprints, run_runner, run_suite, write_cell,
+                                write_suite)
 
 
 @pytest.fixture
