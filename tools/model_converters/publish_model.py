@@ -30,9 +30,14 @@ def published_stem(in_file, out_file):
     """The path the SHA-256 prefix is appended to: ``out_file`` without .pth, or, where ``out_file`` names a folder
     (it ends with a slash, or is a folder that exists), ``in_file``'s name in that folder, as cp and mv read a
     folder."""
-    if out_file.endswith(os.sep) or osp.basename(out_file) in ('.', '..') or osp.isdir(out_file):
+    if osp.basename(out_file) in ('', '.', '..') or osp.isdir(out_file):  # 'dir/', '.', '..', an existing folder
         out_file = osp.join(out_file, osp.basename(in_file))
     return out_file[:-len('.pth')] if out_file.endswith('.pth') else out_file
+
+
+def cannot_write(folder, error, fix):
+    """The OSError (of ``error``'s kind) that says why ``folder`` could not be written, and ``fix``."""
+    return type(error)(f'cannot write into {folder} ({error.strerror or error}): {fix}')
 
 
 def temporary_in(folder):
@@ -46,11 +51,6 @@ def temporary_in(folder):
                                  'a folder') from None
     except OSError as error:  # read-only, or another user's
         raise cannot_write(folder, error, 'give an OUT_FILE in a folder you can write to') from None
-
-
-def cannot_write(folder, error, fix):
-    """The OSError (of ``error``'s kind) that says why ``folder`` could not be written, and ``fix``."""
-    return type(error)(f'cannot write into {folder} ({error.strerror or error}): {fix}')
 
 
 def kind_of(path):
