@@ -144,7 +144,8 @@ def main():
     # start testing
     try:
         runner.test()
-    except (compat.UnsafeCheckpointError, PartialCheckpointError, MalformedCheckpointError) as error:  # the checkpoint
+    except (compat.UnsafeCheckpointError, compat.UnreadableCheckpointError, PartialCheckpointError,
+            MalformedCheckpointError) as error:  # the checkpoint
         sys.exit(f'error: {error}')
 
 

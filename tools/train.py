@@ -115,7 +115,7 @@ def main():
         runner = RUNNERS.build(cfg)
     try:
         runner.train()
-    except compat.UnsafeCheckpointError as error:  # load_from / --resume / the tested checkpoint
+    except (compat.UnsafeCheckpointError, compat.UnreadableCheckpointError) as error:  # load_from / --resume
         sys.exit(f'error: {error}')
 
 

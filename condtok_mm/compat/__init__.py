@@ -40,17 +40,17 @@ from mmengine.logging import print_log
 from . import (atomic_checkpoints, auto_scale_lr, checkpoint_loading, config_formatting, cpu_launchers,
                exact_resume)
 from .atomic_checkpoints import save_checkpoint
-from .checkpoint_loading import (HISTORY_BUFFER_STATISTICS, NUMPY_NUMBER_TYPES, UnsafeCheckpointError,
-                                 checkpoint_safe_globals, load_from_local)
+from .checkpoint_loading import (HISTORY_BUFFER_STATISTICS, NUMPY_NUMBER_TYPES, UnreadableCheckpointError,
+                                 UnsafeCheckpointError, checkpoint_safe_globals, load_from_local)
 from .cpu_launchers import runs_on_cpu, set_torch_dist_env_from_slurm
 from .exact_resume import RANDOM_STATES_KEY, get_random_states, set_random_states
 from .versions import LAST_MMENGINE_WITH_THE_BUGS, mmengine_has_the_bugs, torch_loads_weights_only
 
 __all__ = [
     'FIXES', 'Fix', 'apply', 'LAST_MMENGINE_WITH_THE_BUGS', 'mmengine_has_the_bugs', 'torch_loads_weights_only',
-    'UnsafeCheckpointError', 'HISTORY_BUFFER_STATISTICS', 'NUMPY_NUMBER_TYPES', 'checkpoint_safe_globals',
-    'load_from_local', 'runs_on_cpu', 'set_torch_dist_env_from_slurm', 'save_checkpoint', 'RANDOM_STATES_KEY',
-    'get_random_states', 'set_random_states'
+    'UnsafeCheckpointError', 'UnreadableCheckpointError', 'HISTORY_BUFFER_STATISTICS', 'NUMPY_NUMBER_TYPES',
+    'checkpoint_safe_globals', 'load_from_local', 'runs_on_cpu', 'set_torch_dist_env_from_slurm', 'save_checkpoint',
+    'RANDOM_STATES_KEY', 'get_random_states', 'set_random_states'
 ]
 
 

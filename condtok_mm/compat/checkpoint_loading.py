@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import pickle
 import re
+import struct
 import threading
 import warnings
 from collections import OrderedDict
@@ -49,6 +50,17 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint holds objects of types outside :func:`checkpoint_safe_globals`: loading it could run code."""
+
+
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint path that holds no checkpoint torch can read: a directory, an empty, cut-off or corrupt file, or
+    a file that torch.save did not write; the message names it and the fix."""
+
+
+# How a file that torch.save wrote starts: its zip format (torch >= 1.6), or the legacy format's pickle (protocol 2)
+ZIP_START, LEGACY_START = b'PK\x03\x04', b'\x80'
+# What torch says of a file it cannot read to the end: a zip archive's reader, the legacy format's storage reads
+CORRUPT_FILE_MESSAGES = re.compile(r'PytorchStreamReader failed|The file might be corrupted')
 
 
 # HistoryBuffer's default statistics methods (mmengine 0.10.7 HistoryBuffer._set_default_statistics), which every
@@ -109,13 +121,57 @@ def _offending_globals(file, error: pickle.UnpicklingError) -> str:
     return (found.group(1) or found.group(2)).strip() if found else str(error)
 
 
+def _start_of(file, size=16):
+    """The first ``size`` bytes of ``file`` (a path or a binary buffer)."""
+    if hasattr(file, 'seek'):
+        file.seek(0)
+        return file.read(size)
+    with open(file, 'rb') as f:
+        return f.read(size)
+
+
+def _unreadable(source: str, file, error: Exception):
+    """The :class:`UnreadableCheckpointError` for ``error``, raised by torch.load of ``file``, where the file is
+    empty, was not written by torch.save, or is cut off or corrupt; None where ``error`` says something else (a
+    pickle that the weights-only unpickler refused, a device that map_location cannot give)."""
+    start = _start_of(file)
+    if not start:
+        return UnreadableCheckpointError(
+            f'{source} is empty (0 bytes), not a checkpoint: a save or a download that was cut off (a killed run, a '
+            'full disk) leaves one. Give another checkpoint, or delete it and save or download it again.')
+    cut_in_zip_start = len(start) < len(ZIP_START) and ZIP_START.startswith(start)
+    if not (start.startswith((ZIP_START, LEGACY_START)) or cut_in_zip_start):
+        return UnreadableCheckpointError(
+            f'{source} is not a checkpoint that torch.save wrote (it starts with {start!r}). Give the .pth file of '
+            'a checkpoint.')
+    if cut_in_zip_start:
+        reason = 'it ends inside the zip header'
+    elif isinstance(error, pickle.UnpicklingError) or (isinstance(error, RuntimeError)
+                                                       and not CORRUPT_FILE_MESSAGES.search(str(error))):
+        return None
+    else:
+        reason = str(error).split('. ')[0] or 'it ends before the checkpoint does'
+    return UnreadableCheckpointError(
+        f'{source} is cut off or corrupt ({reason}): a save or a download that did not finish leaves one. Give '
+        'another checkpoint, or save or download it again.')
+
+
 def _load_weights_only(load, source: str, file):
     """``load()`` (a torch.load with weights_only=True of ``file``) with the allow-list in effect; a checkpoint
-    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``."""
+    that holds anything else is refused with an :class:`UnsafeCheckpointError` that names ``source``, a file that
+    holds no checkpoint with an :class:`UnreadableCheckpointError` that names it."""
     with torch.serialization.safe_globals(checkpoint_safe_globals()):
         try:
             return load()
+        except (EOFError, RuntimeError, struct.error, IndexError, UnicodeDecodeError) as error:  # a cut-off file
+            unreadable = _unreadable(source, file, error)
+            if unreadable is None:
+                raise
+            raise unreadable from None
         except pickle.UnpicklingError as error:
+            unreadable = _unreadable(source, file, error)
+            if unreadable is not None:
+                raise unreadable from None
             offending = _offending_globals(file, error)
             raise UnsafeCheckpointError(
                 f'Refusing to load the checkpoint {source}: it holds {offending}, which a checkpoint of weights '
@@ -129,6 +185,11 @@ def _load_weights_only(load, source: str, file):
 def load_from_local(filename, map_location=None):
     """mmengine's ``load_from_local`` (the loader of local checkpoint files) with safe loading."""
     filename = osp.expanduser(filename)
+    if osp.isdir(filename):
+        held = sorted(name for name in os.listdir(filename) if name.endswith('.pth'))
+        listing = ', '.join(held[:5]) + (', ...' if len(held) > 5 else '') if held else 'no .pth file'
+        raise UnreadableCheckpointError(f'{filename} is a directory, not a checkpoint file: give the checkpoint file in '
+                                        f'it (it holds {listing}).')
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return _load_weights_only(lambda: torch.load(filename, map_location=map_location, weights_only=True),
@@ -221,9 +282,48 @@ def load_from_openmmlab(filename, map_location=None):
     return load_from_local(osp.join(checkpoint_module._get_mmengine_home(), model_url), map_location)
 
 
-_WEIGHTS_ONLY_LOCK = threading.Lock()
+# The loader this module installs under each of mmengine's prefixes. torchvision://, modelzoo:// and mmcls://
+# keep mmengine's loaders, which resolve the name to a URL and call load_from_http by its name in
+# mmengine.runner.checkpoint (installed too).
+SCHEMES = {
+    '': load_from_local,
+    'http://': load_from_http,
+    'https://': load_from_http,
+    r'(\S+\:)?s3://': load_from_ceph,
+    r'(\S+\:)?petrel://': load_from_ceph,
+    'pavi://': load_from_pavi,
+    'open-mmlab://': load_from_openmmlab,
+    'openmmlab://': load_from_openmmlab,
+}
+
+_LOADERS_LOCK = threading.Lock()  # held while the loaders are installed or restored and the blocks counted
 _weights_only_depth = 0  # blocks inside weights_only_loading, in every thread
-_outer_loaders = None  # mmengine's loaders as the first of them found them
+# What the last block to end restores: mmengine's loaders as the first block found them, or None once the process
+# opted in (apply) while blocks were open.
+_outer_loaders = None
+
+
+def _install():
+    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
+    for loader in dict.fromkeys(SCHEMES.values()):  # each loader once, with its prefixes
+        CheckpointLoader.register_scheme(prefixes=[prefix for prefix in SCHEMES if SCHEMES[prefix] is loader],
+                                         loader=loader, force=True)
+    checkpoint_module.load_from_http = load_from_http
+
+
+def _restore(outer_schemes, outer_http):
+    """mmengine's loaders back under each prefix that still holds the one :func:`_install` put there; a loader
+    registered since (by the host, in another thread) stays, and so do prefixes added since."""
+    restored = OrderedDict()
+    for prefix, loader in CheckpointLoader._schemes.items():
+        if SCHEMES.get(prefix) is not loader:
+            restored[prefix] = loader  # registered since
+        elif prefix in outer_schemes:
+            restored[prefix] = outer_schemes[prefix]
+    # swapped in whole, as register_scheme does: another thread may be iterating the schemes
+    CheckpointLoader._schemes = restored
+    if checkpoint_module.load_from_http is load_from_http:
+        checkpoint_module.load_from_http = outer_http
 
 
 @contextlib.contextmanager
@@ -232,33 +332,31 @@ def weights_only_loading():
     the loaders are what they were. condtok_mm's modules load their checkpoints (their own ``init_cfg``, a
     wrapped module's) inside it, so that a host that did not opt in to condtok_mm.compat still never runs a
     checkpoint's pickle through them, and mmengine is left as the host has it. Nested and concurrent blocks (model
-    builds in several threads) share one installation: the loaders come back when the last block ends."""
+    builds in several threads) share one installation: the loaders come back when the last block ends, only under
+    the prefixes that still hold the block's (a loader the host registered meanwhile stays), and not at all where
+    the process opted in (:func:`apply`, in any thread) meanwhile."""
     global _weights_only_depth, _outer_loaders
-    with _WEIGHTS_ONLY_LOCK:
+    with _LOADERS_LOCK:
         if _weights_only_depth == 0:
             # register_scheme edits the dict in place before it sorts it into a new one: keep a copy
             _outer_loaders = OrderedDict(CheckpointLoader._schemes), checkpoint_module.load_from_http
-            apply()
+            _install()
         _weights_only_depth += 1
     try:
         yield
     finally:
-        with _WEIGHTS_ONLY_LOCK:
+        with _LOADERS_LOCK:
             _weights_only_depth -= 1
             if _weights_only_depth == 0:
-                CheckpointLoader._schemes, checkpoint_module.load_from_http = _outer_loaders
+                if _outer_loaders is not None:
+                    _restore(*_outer_loaders)
                 _outer_loaders = None
 
 
 def apply() -> None:
-    # mmengine logs the loader's name after its 10th character ('Loads checkpoint by local backend')
-    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
-    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_from_http, force=True)
-    CheckpointLoader.register_scheme(prefixes=[r'(\S+\:)?s3://', r'(\S+\:)?petrel://'], loader=load_from_ceph,
-                                     force=True)
-    CheckpointLoader.register_scheme(prefixes='pavi://', loader=load_from_pavi, force=True)
-    CheckpointLoader.register_scheme(prefixes=('open-mmlab://', 'openmmlab://'), loader=load_from_openmmlab,
-                                     force=True)
-    # torchvision://, modelzoo:// and mmcls:// keep mmengine's loaders, which resolve the name to a URL and call
-    # load_from_http by its name in mmengine.runner.checkpoint
-    checkpoint_module.load_from_http = load_from_http
+    """Install the weights-only loaders for the rest of the process (the opt-in): the
+    :func:`weights_only_loading` blocks open now, in any thread, leave them in place when they end."""
+    global _outer_loaders
+    with _LOADERS_LOCK:
+        _install()
+        _outer_loaders = None

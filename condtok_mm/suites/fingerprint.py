@@ -17,9 +17,10 @@ import os.path as osp
 import subprocess
 
 from condtok_mm.compat.checkpoint_loading import download_url
+from condtok_mm.utils import write_whole_text
 from condtok_mm.version import __version__
 from .plan import resolved_config
-from .results import read_json
+from .results import UnreadableCellFile, read_json
 
 FINGERPRINT_FILE = 'suite_cell.json'
 FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
@@ -118,11 +119,10 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoi
     fingerprint, but a cell reruns bit-identically only on the same kind (docs/en/studies/repeatability.md); the
     checkpoint's digest lets that be checked."""
     os.makedirs(cell.work_dir, exist_ok=True)
-    path = fingerprint_path(cell)
-    with open(path + '.tmp', 'w') as f:
-        json.dump(dict(variant=cell.variant, config_file=cell.config, commit=commit, wall_s=wall_s, cpu=cpu,
-                       checkpoint_sha256=checkpoint_sha256, **record), f, indent=1)
-    os.replace(path + '.tmp', path)  # never a half-written record
+    write_whole_text(fingerprint_path(cell), json.dumps(dict(variant=cell.variant, config_file=cell.config,
+                                                             commit=commit, wall_s=wall_s, cpu=cpu,
+                                                             checkpoint_sha256=checkpoint_sha256, **record),
+                                                        indent=1))  # never a half-written record
 
 
 def recorded_wall_time(cell):
@@ -133,11 +133,16 @@ def recorded_wall_time(cell):
 
 def cell_record(cell):
     """The cell's suite_cell.json as a dict, or None where it has none; raises
-    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed."""
+    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed or is not a JSON
+    object."""
     path = fingerprint_path(cell)
     if not osp.isfile(path):
         return None
-    return read_json(path)
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise UnreadableCellFile(f'{path} holds {json.dumps(record)[:60]}, not the record of a cell (a JSON '
+                                 'object): set the cell aside (move its work dir away) to run it again')
+    return record
 
 
 def recorded_fingerprint(cell):

@@ -25,7 +25,7 @@ from condtok_mm.utils import usable_cpus
 from condtok_mm.utils.machine import cpu_kind
 from .fingerprint import cell_record, file_digest, source_commit, write_fingerprint
 from .plan import lr_name
-from .results import cell_state, evaluation, log_tail
+from .results import UnreadableCellFile, cell_state, evaluation, log_tail
 
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 
@@ -159,7 +159,11 @@ def run_cell(cell, args, slot, root, children):
     if children.stopping:
         cell.status = 'interrupted'
     else:
-        cell.status = 'ran' if returncode == 0 and evaluation(cell) else 'failed'
+        try:
+            tested = evaluation(cell) is not None
+        except UnreadableCellFile:  # gathered as unreadable, which names the file
+            tested = True
+        cell.status = 'ran' if returncode == 0 and tested else 'failed'
     return cell
 
 

@@ -3,6 +3,7 @@ its chosen rate, and the validations during training; the loss and kappa curves 
 matplotlib is imported when a figure is drawn."""
 import statistics
 
+from condtok_mm.utils import write_whole
 from .results import KAPPA_CURVES
 from .statistics import REPORTED_METRICS
 
@@ -38,6 +39,12 @@ def up_to(curve, last):
     return dict(iter=[i for i, _ in points], value=[v for _, v in points])
 
 
+def save(fig, path, dpi):
+    """The figure ``fig`` at ``dpi`` dots per inch as the whole of the PNG file ``path``
+    (:func:`~condtok_mm.utils.write_whole`)."""
+    write_whole(path, lambda temporary: fig.savefig(temporary, format='png', dpi=dpi))
+
+
 def plot(suite, cells, rows, best, validation, paths):
     import matplotlib
     matplotlib.use('Agg')
@@ -60,7 +67,7 @@ def plot(suite, cells, rows, best, validation, paths):
     ax.grid(True, which='both', alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.savefig(paths['ap_vs_lr.png'], dpi=120)
+    save(fig, paths['ap_vs_lr.png'], dpi=120)
     plt.close(fig)
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
@@ -90,7 +97,7 @@ def plot(suite, cells, rows, best, validation, paths):
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)
     fig.suptitle(f'{suite.name}: {name} by seed and during training', fontsize=10)
-    fig.savefig(paths['seeds.png'], dpi=110)
+    save(fig, paths['seeds.png'], dpi=110)
     plt.close(fig)
 
     def draw(ax, curve_of):
@@ -122,7 +129,7 @@ def plot(suite, cells, rows, best, validation, paths):
         axes[0, 1].set_title(f'iterations 1-{first} (the early-loss endpoint)', fontsize=10)
     axes[0, 0].set_ylabel('training loss (mean over seeds, band min-max)')
     fig.suptitle(f'{suite.name}: training loss at each variant\'s reported learning rate', fontsize=10)
-    fig.savefig(paths['loss.png'], dpi=120)
+    save(fig, paths['loss.png'], dpi=120)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, len(KAPPA_CURVES), figsize=(6 * len(KAPPA_CURVES), 4.8), constrained_layout=True)
@@ -133,5 +140,5 @@ def plot(suite, cells, rows, best, validation, paths):
         ax.set_title(title, fontsize=10)
     fig.suptitle(f'{suite.name}: condition numbers during training at each variant\'s reported learning rate',
                  fontsize=10)
-    fig.savefig(paths['kappa.png'], dpi=110)
+    save(fig, paths['kappa.png'], dpi=110)
     plt.close(fig)

@@ -5,7 +5,9 @@ import dataclasses
 import json
 import os.path as osp
 
+from condtok_mm.utils import write_whole_text
 from .fingerprint import cell_record
+from .results import UnreadableCellFile
 from .statistics import REPORTED_METRICS, reported_metrics
 from .tables import aggregate, validation_rows
 
@@ -162,7 +164,7 @@ def summary_of(suite, cells, run):
     """The JSON summary; ``run`` holds how the cells were run: command, launcher, jobs, nproc, ran, reused,
     wall_s, machine, unfingerprinted (the work dirs of cells reused without a fingerprint)."""
     rows, best = aggregate(suite, cells)
-    records = [cell_record(cell) or {} for cell in cells if osp.isdir(cell.work_dir)]  # each suite_cell.json once
+    records = [readable_record(cell) for cell in cells if osp.isdir(cell.work_dir)]  # each suite_cell.json once
     return dict(command=run['command'], suite=suite.path, launcher=run['launcher'], jobs=run['jobs'],
                 nproc=run['nproc'], cells=len(cells), ran=run['ran'], reused=run['reused'], wall_s=run['wall_s'],
                 machine=run['machine'], unfingerprinted=run['unfingerprinted'], metric=suite.metric,
@@ -173,6 +175,15 @@ def summary_of(suite, cells, run):
                 rows=rows, best=best,
                 validation=validation_rows(suite, cells, best), commits=commits_of(records), cpus=cpus_of(records),
                 cell_times=cell_times_of(records, len(cells)), cells_detail=[cell.to_json() for cell in cells])
+
+
+def readable_record(cell):
+    """The cell's suite_cell.json, or {} where it has none or one that cannot be read (that cell is marked
+    unreadable and named)."""
+    try:
+        return cell_record(cell) or {}
+    except UnreadableCellFile:
+        return {}
 
 
 def commits_of(records):
@@ -208,10 +219,9 @@ def fmt_cell_times(times):
 
 
 def write_tables(suite, result, out_dir):
-    """suite.json and suite.md in ``out_dir``; returns the markdown table."""
-    with open(osp.join(out_dir, 'suite.json'), 'w') as f:
-        json.dump(result, f, indent=1)
+    """suite.json and suite.md in ``out_dir``, each replaced whole; returns the markdown table."""
+    write_whole_text(osp.join(out_dir, 'suite.json'), json.dumps(result, indent=1))
     table = markdown(suite, result['rows'], result['best'], result)
-    with open(osp.join(out_dir, 'suite.md'), 'w') as f:
-        f.write(f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: ap_vs_lr.png, seeds.png, loss.png, kappa.png.\n')
+    write_whole_text(osp.join(out_dir, 'suite.md'), f'# {suite.name}\n\n{suite.description}\n\n{table}\nPlots: '
+                     'ap_vs_lr.png, seeds.png, loss.png, kappa.png.\n')
     return table

@@ -32,14 +32,30 @@ def read_json(path):
                                  '(run_suite.py --resume)') from error
 
 
+def is_number(value):
+    """Whether a JSON value is a number (JSON's true and false read back as bools, which are ints)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def evaluation(cell):
     """The metrics tools/test.py logged for the cell (mmengine's <timestamp>.json of the newest test run); raises
-    :class:`UnreadableCellFile` where that file cannot be parsed."""
+    :class:`UnreadableCellFile` where that file cannot be parsed or holds a metric that is not finite (an AP is
+    in [0, 1], or -1 where COCO has nothing to score)."""
     path = newest(osp.join(cell.work_dir, 'test', '*', '*.json'))
     if path is None:
         return None
     record = read_json(path)  # mmengine's LoggerHook dumps the test epoch's tags as one JSON object
-    return (path, record) if isinstance(record, dict) and any(key.startswith('coco/') for key in record) else None
+    if not (isinstance(record, dict) and any(key.startswith('coco/') for key in record)):
+        return None
+    for key, value in record.items():
+        if key.startswith('coco/') and is_number(value) and not math.isfinite(value):
+            raise UnreadableCellFile(f'{path} holds {key} = {value}, which no evaluation gives; delete it to test '
+                                     'the cell again (run_suite.py --resume)')
+    return path, record
 
 
 def cell_state(cell):
@@ -70,10 +86,32 @@ def training_runs(work_dir):
     return sorted(glob.glob(osp.join(work_dir, '2*', 'vis_data', 'scalars.json')))
 
 
+def record_problem(record):
+    """What in a scalars record (a dict) the curves cannot use, or None: positions ('iter', 'epoch', 'step') that
+    are not integers, a training loss that is not a number (a non-finite one is a divergence, and is kept), a
+    kappa that is not a number, a kappa or validation record without its 'step', a validation AP that is not
+    finite."""
+    for key in ('iter', 'epoch', 'step'):
+        if key in record and not is_integer(record[key]):
+            return f'its {key} is {record[key]!r}, not an integer'
+    if 'iter' in record and 'loss' in record and not is_number(record['loss']):
+        return f'its loss is {record["loss"]!r}, not a number'
+    for key, value in record.items():
+        kappa, validation = key in KAPPA_CURVES, key.startswith('coco/') and is_number(value)
+        if kappa and not is_number(value):
+            return f'its {key} is {value!r}, not a number'
+        if validation and not math.isfinite(value):
+            return f'its {key} is {value}, which no evaluation gives'
+        if (kappa or validation) and 'step' not in record:
+            return f'it has {key} without the step it was recorded at'
+    return None
+
+
 def scalar_records(path, followed=False):
     """The records of one scalars.json (one JSON object a line); raises :class:`UnreadableCellFile` naming the
-    file and line where one cannot be parsed, except the last line of a run that a later run ``followed``: a stop
-    mid-write cuts that one, and the resumed run logs its position anew."""
+    file and line where one cannot be parsed or holds what the curves cannot use (:func:`record_problem`), except
+    a last line that cannot be parsed in a run that a later run ``followed``: a stop mid-write cuts that one, and
+    the resumed run logs its position anew."""
     records = []
     try:
         with open(path) as f:
@@ -89,8 +127,13 @@ def scalar_records(path, followed=False):
                 raise UnreadableCellFile(
                     f'{path} line {number} is cut off or unreadable ({error}); delete that line where the '
                     'run went on after it, or set the cell aside to train it again') from error
-            if isinstance(record, dict):
-                records.append(record)
+            if not isinstance(record, dict):
+                continue
+            problem = record_problem(record)
+            if problem:
+                raise UnreadableCellFile(f'{path} line {number} is corrupt: {problem}; delete that line where the '
+                                         'run went on after it, or set the cell aside to train it again')
+            records.append(record)
     except (OSError, UnicodeDecodeError) as error:
         raise UnreadableCellFile(f'{path} cannot be read ({error})') from error
     return records
@@ -180,6 +223,13 @@ def escape_iteration(iters, losses, warmup, rule):
     return None, plateau, threshold
 
 
+def unreadable_results(reason):
+    """The results of a cell with a file that cannot be used: ``reason`` (the file and the fix), no metrics and
+    empty curves, so that no table or figure reads it."""
+    return dict(unreadable=reason, scalars=[], loss=dict(iter=[], value=[]),
+                kappa={key: dict(iter=[], value=[]) for key in KAPPA_CURVES}, validation={}, diverged=False)
+
+
 def cell_results(cell, rule):
     """Metrics (percent), final loss, loss, kappa and validation curves, plateau escape (under the
     :class:`~condtok_mm.suites.schema.EscapeRule` ``rule``) and divergence of a cell; a cell with a file that
@@ -188,8 +238,7 @@ def cell_results(cell, rule):
         found = evaluation(cell)
         scalars, iters, losses, kappa, validation = training_record(cell.work_dir)
     except UnreadableCellFile as error:
-        return dict(unreadable=str(error), scalars=[], loss=dict(iter=[], value=[]),
-                    kappa={key: dict(iter=[], value=[]) for key in KAPPA_CURVES}, validation={}, diverged=False)
+        return unreadable_results(str(error))
     results = dict(scalars=scalars, loss=dict(iter=iters, value=losses), kappa=kappa, validation=validation,
                    diverged=any(not math.isfinite(loss) for loss in losses))
     if cell.status == 'failed':

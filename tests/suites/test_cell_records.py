@@ -1,12 +1,15 @@
 """What the suite runner reads of a cell across interruptions and faults: a cell resumed any number of times reports
 the curves of one uninterrupted run, a cut-off cell file marks that cell unfinished and names the file while the
 others are gathered, and a suite whose seeds or rates would give two runs one work dir is refused at load."""
+import argparse
 import json
 
 import pytest
 
-from condtok_mm.suites.results import UnreadableCellFile, joined_records, training_record
-from condtok_mm.suites.schema import SuiteError, load_suite
+from condtok_mm.suites import launch
+from condtok_mm.suites.plan import Cell
+from condtok_mm.suites.results import UnreadableCellFile, cell_results, joined_records, training_record
+from condtok_mm.suites.schema import EscapeRule, SuiteError, load_suite
 from helpers.repo import REPO_ROOT
 from helpers.suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
@@ -111,6 +114,83 @@ def test_a_cut_off_cell_file_marks_that_cell_unfinished_naming_it_and_the_others
                       ('cond', 1): 'unreadable'}
     cond = next(row for row in summary['rows'] if row['variant'] == 'cond')
     assert cond['seeds'] == [0]  # the cut-off cell is in no table
+
+
+def appended(record):
+    """A change that writes ``record`` as the file's last line."""
+    return lambda path: path.write_text(path.read_text() + json.dumps(record) + '\n')
+
+
+def replaced(text):
+    return lambda path: path.write_text(text)
+
+
+# corrupt but parseable records: (the file of the cell, the change, what the message says after the file's name)
+CORRUPT = {
+    'a NaN test metric': ('test', replaced('{"coco/bbox_mAP": NaN, "coco/segm_mAP": 0.1}'),
+                          'holds coco/bbox_mAP = nan, which no evaluation gives; delete it to test the cell'),
+    'an infinite validation AP': ('scalars', appended({'coco/bbox_mAP': float('inf'), 'step': 1}),
+                                  'line 4 is corrupt: its coco/bbox_mAP is inf'),
+    'a string loss': ('scalars', appended(dict(loss='0.5', iter=40, epoch=1, step=40)),
+                      "line 4 is corrupt: its loss is '0.5', not a number"),
+    'a null loss': ('scalars', appended(dict(loss=None, iter=40, epoch=1, step=40)),
+                    'line 4 is corrupt: its loss is None, not a number'),
+    'an iteration that is not an integer': ('scalars', appended(dict(loss=0.5, iter='40', epoch=1, step=40)),
+                                            "line 4 is corrupt: its iter is '40', not an integer"),
+    'a kappa without its step': ('scalars', appended({'kappa/tokens_out_mean/stage0': 3.0}), 'line 4 is corrupt: it '
+                                 'has kappa/tokens_out_mean/stage0 without the step it was recorded at'),
+    'a validation without its step': ('scalars', appended({'coco/bbox_mAP': 0.3}),
+                                      'line 4 is corrupt: it has coco/bbox_mAP without the step'),
+    'a suite_cell.json that is not an object': ('record', replaced('[1, 2]'),
+                                                'holds [1, 2], not the record of a cell (a JSON object)'),
+}
+
+
+@pytest.mark.parametrize('corruption', sorted(CORRUPT))
+def test_a_corrupt_but_parseable_cell_record_marks_that_cell_unreadable_naming_it(tmp_path, corruption):
+    out_dir = tmp_path / 'out'
+    for variant, seed, bbox in (('baseline', 0, 0.1), ('baseline', 1, 0.2), ('cond', 0, 0.3), ('cond', 1, 0.4)):
+        write_cell(str(out_dir), variant, 1e-3, seed, bbox, 0.05, [3.0, 2.0, 1.0])
+    suite = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED)),
+                        lrs=(1e-3, ))
+    record_fingerprints(suite, out_dir)
+    work_dir = out_dir / 'cond' / 'lr0.001' / 'seed1'
+    files = dict(test=next(work_dir.glob('test/*/*.json')), scalars=next(work_dir.glob('2*/vis_data/scalars.json')),
+                 record=work_dir / 'suite_cell.json')
+    where, change, message = CORRUPT[corruption]
+    change(files[where])
+    result = run_runner(suite, '--out-dir', str(out_dir), '--gather-only')
+    assert result.returncode == 1 and 'Traceback' not in result.stderr
+    assert f'cond lr 0.001 seed 1: {files[where]} {message}' in result.stderr
+    assert 'error: 1 of 4 cells did not finish: cond lr 0.001 seed 1 (unreadable, ' in result.stderr
+    summary = json.loads((out_dir / 'suite.json').read_text())
+    status = {(c['variant'], c['seed']): c['status'] for c in summary['cells_detail']}
+    assert status == {('baseline', 0): 'reused', ('baseline', 1): 'reused', ('cond', 0): 'reused',
+                      ('cond', 1): 'unreadable'}
+    cond = next(row for row in summary['rows'] if row['variant'] == 'cond')
+    assert cond['seeds'] == [0] and cond['metrics']['coco/bbox_mAP']['values'] == [30.0]  # in no table
+
+
+def test_a_cell_whose_fresh_test_logs_a_nan_metric_is_gathered_as_unreadable(tmp_path, monkeypatch):
+    """run_cell with commands that leave the files mmengine would: the test's JSON holds a NaN AP; the runner goes
+    on to the other cells instead of stopping."""
+    work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
+    cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
+    outputs = [{'epoch_12.pth': ''}, {'test/1/1.json': '{"coco/bbox_mAP": NaN}'}]  # of the train and test commands
+
+    def run_logged(children, command, log_path, env, root):
+        for name, text in outputs.pop(0).items():
+            (work_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (work_dir / name).write_text(text)
+        return 0
+
+    monkeypatch.setattr(launch, 'run_logged', run_logged)
+    args = argparse.Namespace(launcher='none', jobs=1, nproc=1, partition=None)
+    assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
+    results = cell_results(cell, EscapeRule())
+    assert results['unreadable'].startswith(f'{work_dir}/test/1/1.json holds coco/bbox_mAP = nan')
+    assert 'metrics' not in results
 
 
 def test_a_cut_off_scalars_line_is_named_by_file_and_line(tmp_path):

@@ -35,7 +35,7 @@ and runs it again), and so does a cell that records none (--accept-unfingerprint
 suite.md names it). Without --resume the runner refuses an OUT_DIR that already holds cells. --gather-only
 runs nothing and gathers the finished cells (checked the same way). --dry-run prints the commands. SIGINT or
 SIGTERM stops the running cells (each command runs in its own process group) and exits with 130; --resume
-continues them.
+continues them. So does an interrupt while the report is written: each file of the report is replaced whole.
 
 Writes to OUT_DIR: suite.md (every rate on the selection seeds, or on the seeds in a suite without them; each
 variant at its chosen rate on the reported seeds; the validations during training), with means, per-seed
@@ -43,7 +43,8 @@ values, paired differences to each variant's reference (95 % t interval, exact s
 family), final loss, plateau escapes, divergences and failures; suite.json (every cell's values and curves,
 and the aggregates); ap_vs_lr.png; seeds.png (each reported seed's metric across the variants, and the
 validations during training); loss.png and kappa.png (loss and kappa curves at each variant's chosen rate,
-where the configs record kappa); and prints the tables.
+where the configs record kappa); and prints the tables. Each is written under a temporary name and renamed, so
+that a reader, or a run stopped meanwhile, finds it whole.
 """
 import argparse
 import os
@@ -61,7 +62,8 @@ from condtok_mm.suites.launch import LAUNCHERS, commands, run_pending  # noqa: E
 from condtok_mm.suites.plan import STAGES, cells_of_stage  # noqa: E402
 from condtok_mm.suites.plots import plot  # noqa: E402
 from condtok_mm.suites.report import REPORT_FILES, summary_of, write_tables  # noqa: E402
-from condtok_mm.suites.results import UnreadableCellFile, cell_results, cell_state  # noqa: E402
+from condtok_mm.suites.results import (UnreadableCellFile, cell_results, cell_state,  # noqa: E402
+                                        unreadable_results)
 from condtok_mm.suites.schema import SuiteError, load_suite, phase_of  # noqa: E402
 from condtok_mm.utils import describe_machine  # noqa: E402
 
@@ -115,12 +117,17 @@ def print_commands(cells, args):
 def reusable(suite, new, states, args):
     """Check the fingerprint of every cell that has a work dir against the one it records; stop naming the
     cells that differ (or set them aside with --rerun-changed) and those that record none (unless
-    --accept-unfingerprinted). Returns the cells accepted without a fingerprint."""
-    changed, unrecorded = [], []
+    --accept-unfingerprinted). Returns the cells accepted without a fingerprint and {id(cell): the file and the
+    fix} of those whose record cannot be read (neither run nor gathered: nothing says which cell they are)."""
+    changed, unrecorded, unreadable = [], [], {}
     for cell in new:
         if states[id(cell)] == 'new' and not osp.isdir(cell.work_dir):
             continue
-        recorded = recorded_fingerprint(cell)
+        try:
+            recorded = recorded_fingerprint(cell)
+        except UnreadableCellFile as error:
+            unreadable[id(cell)] = str(error)
+            continue
         if recorded is None:
             unrecorded.append(cell)
         elif recorded != cell.fingerprint:
@@ -143,7 +150,7 @@ def reusable(suite, new, states, args):
     for cell, _ in changed:
         print(f'{describe(cell)} changed: set aside to {set_aside(cell)}; it runs again')
         states[id(cell)] = 'new'
-    return unrecorded
+    return unrecorded, unreadable
 
 
 def describe(cell):
@@ -162,8 +169,8 @@ def run_step(suite, step, new, args):
                      'kept) or another --out-dir')
     for cell in new:
         cell.fingerprint = fingerprint(cell, REPO_ROOT)
-    unrecorded = reusable(suite, new, states, args)
-    pending = [cell for cell in new if states[id(cell)] != 'finished']
+    unrecorded, unreadable = reusable(suite, new, states, args)
+    pending = [cell for cell in new if states[id(cell)] != 'finished' and id(cell) not in unreadable]
     for cell in new:
         if states[id(cell)] == 'finished':
             cell.status = 'reused'
@@ -174,7 +181,8 @@ def run_step(suite, step, new, args):
         run_pending(pending, args, REPO_ROOT, f'{suite.name} {step}')
         ran = len(pending)
     for cell in new:
-        cell.results = cell_results(cell, suite.escape)
+        cell.results = (unreadable_results(unreadable[id(cell)]) if id(cell) in unreadable else
+                        cell_results(cell, suite.escape))
         if 'unreadable' in cell.results:  # the others are gathered; this one is named at the end
             cell.status = 'unreadable'
             print(f'cell {describe(cell)}: {cell.results["unreadable"]}', file=sys.stderr)
@@ -207,37 +215,55 @@ def run_phases(suite, args):
     return cells, ran, reused, unverified
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    try:
-        suite = load_suite(args.suite, REPO_ROOT)
-    except SuiteError as error:
-        sys.exit(f'error: {error}')
-    command = 'python ' + shlex.join([osp.relpath(osp.abspath(__file__), REPO_ROOT), *(argv or sys.argv[1:])])
-    start = time.perf_counter()
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        cells, ran, reused, unverified = run_phases(suite, args)
-    except UnreadableCellFile as error:
-        sys.exit(f'error: {error}')
-    except KeyboardInterrupt:
-        print(f'interrupted: the running cells were stopped; the same command with --resume continues them '
-              f'({args.out_dir})', file=sys.stderr)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if args.dry_run:
-        return
-    result = summary_of(suite, cells, dict(
-        command=command, launcher=args.launcher, jobs=args.jobs, nproc=args.nproc, ran=ran, reused=reused,
-        wall_s=time.perf_counter() - start, machine=describe_machine(),
-        unfingerprinted=[cell.work_dir for cell in unverified]))
-    os.makedirs(args.out_dir, exist_ok=True)
-    paths = {name: osp.join(args.out_dir, name) for name in REPORT_FILES}
-    table = write_tables(suite, result, args.out_dir)
+def write_report(suite, cells, run, out_dir):
+    """suite.json, suite.md and the figures of the gathered ``cells`` in ``out_dir``, each replaced whole; prints
+    the tables. ``run``: how the cells were run (report.summary_of)."""
+    result = summary_of(suite, cells, run)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: osp.join(out_dir, name) for name in REPORT_FILES}
+    table = write_tables(suite, result, out_dir)
     plot(suite, cells, result['rows'], result['best'], result['validation'], paths)
     print('\n' + table)
     print('wrote ' + ', '.join(paths.values()))
+
+
+def interrupted(args, reporting):
+    """What an interrupt (Ctrl-C, SIGTERM) left and how to go on: while the cells ran, or while the report was
+    written (``reporting``)."""
+    if not reporting:
+        return (f'interrupted: the running cells were stopped; the same command with --resume continues them '
+                f'({args.out_dir})')
+    again = 'the same command' if args.resume or args.gather_only else 'the same command with --resume'
+    return (f'interrupted while writing the report: the cells are finished, and each of {", ".join(REPORT_FILES)} '
+            f'in {args.out_dir} is whole (its previous version or the new one); {again} writes them again')
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    command = 'python ' + shlex.join([osp.relpath(osp.abspath(__file__), REPO_ROOT), *(argv or sys.argv[1:])])
+    start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    reporting = False
+    try:
+        try:
+            suite = load_suite(args.suite, REPO_ROOT)
+        except SuiteError as error:
+            sys.exit(f'error: {error}')
+        cells, ran, reused, unverified = run_phases(suite, args)
+        if args.dry_run:
+            return
+        reporting = True
+        write_report(suite, cells, dict(
+            command=command, launcher=args.launcher, jobs=args.jobs, nproc=args.nproc, ran=ran, reused=reused,
+            wall_s=time.perf_counter() - start, machine=describe_machine(),
+            unfingerprinted=[cell.work_dir for cell in unverified]), args.out_dir)
+    except UnreadableCellFile as error:
+        sys.exit(f'error: {error}')
+    except KeyboardInterrupt:
+        print(interrupted(args, reporting), file=sys.stderr)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     failed = [cell for cell in cells if cell.status in ('failed', 'missing', 'unreadable')]
     if failed:
         sys.exit(f'error: {len(failed)} of {len(cells)} cells did not finish: '
