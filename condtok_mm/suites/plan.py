@@ -140,6 +140,19 @@ def extension(suite, cells, name):
     return 2 * max(variant.lrs) if best is not None and best == max(variant.lrs) else None
 
 
+def unfinished_selection(suite, cells, name):
+    """None where the selection cells of variant ``name`` among ``cells`` all finished (each has its metric), else
+    one line saying how many did not: a rate is chosen, or a grid extended, on every selection seed or not at
+    all."""
+    selection = [cell for cell in cells if cell.variant == name and cell.seed in suite.selection_seeds]
+    finished = [cell for cell in selection if suite.metric in ((cell.results or {}).get('metrics') or {})]
+    if len(finished) == len(selection):
+        return None
+    return (f'variant {name!r}: {len(selection) - len(finished)} of its {len(selection)} selection cells did not '
+            'finish (failed, interrupted or unreadable), and its rate is chosen on all of them: run them again '
+            '(--resume) before its reported seeds')
+
+
 def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
     """(cells, unknown) of one phase and stage, seed-major (a study cut short keeps whole seeds), each with its
     checkpoint and warm-up; ``cells`` are the earlier stages' (the chosen rates come from them), ``unknown``
@@ -154,8 +167,12 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
         seeds, plan = suite.selection_seeds, {name: suite.variants[name].lrs for name in names
                                               if suite.variants[name].tuned}
     elif stage == 'extend':
-        seeds, plan = suite.selection_seeds, {}
+        seeds, plan, unknown = suite.selection_seeds, {}, []
         for name in names:
+            waiting = unfinished_selection(suite, cells, name) if suite.extend_top else None
+            if waiting:
+                unknown.append(waiting)
+                continue
             lr = extension(suite, cells, name)
             if lr is not None:
                 plan[name] = [lr]
@@ -165,6 +182,10 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
             variant = suite.variants[name]
             if variant.tuned and not suite.selection_seeds:
                 plan[name] = variant.lrs
+                continue
+            waiting = unfinished_selection(suite, cells, variant.best_of or name)
+            if waiting:
+                unknown.append(waiting)
                 continue
             lr = chosen_lr(suite, cells, name)
             if lr is None and variant.best_of:
@@ -188,4 +209,4 @@ def cells_of_stage(suite, phase, stage, phases, cells, out_dir, cfg_options):
             schedules[key] = osp.basename(final_checkpoint(cfg, cell.work_dir)), warmup_iters(cfg)
         checkpoint, cell.warmup = schedules[key]
         cell.checkpoint = osp.join(cell.work_dir, checkpoint)
-    return new, unknown if stage == 'report' else []
+    return new, [] if stage == 'select' else unknown

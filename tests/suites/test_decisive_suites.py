@@ -201,3 +201,44 @@ def test_the_long_suite_runs_the_decisive_arms_for_36_epochs_with_the_baseline_a
             changed = sorted(line.split(':')[0] for line in lines if line.startswith('config '))
             assert changed == ['config custom_hooks', 'config param_scheduler', 'config train_cfg.dynamic_intervals',
                                'config train_cfg.max_epochs', 'config train_cfg.val_interval'], lines
+
+
+CONFIRM = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_confirm_swin.py')
+
+
+def test_the_confirmatory_suite_tunes_every_arm_alike_on_seeds_0_1_and_reports_on_twelve_new_seeds(tmp_path):
+    suite = load_suite(CONFIRM, REPO_ROOT)
+    assert suite.selection_seeds == [0, 1] and suite.seeds == list(range(9, 21))
+    assert not set(suite.seeds) & set(range(9))  # no seed of an earlier study's choice or report
+    assert suite.reference == 'A_baseline' and suite.family == ['B_conditioned', 'D_norm_matched']
+    assert suite.extend_top
+    selection, _ = stage(suite, 'select', tmp_path)
+    assert [(c.variant, c.lr, c.seed) for c in selection] == [
+        (variant, lr, seed) for seed in (0, 1) for variant in ('A_baseline', 'B_conditioned', 'D_norm_matched')
+        for lr in (5e-4, 1e-3, 2e-3, 4e-3)]
+    assert all(not cell.test_options for cell in selection)
+    data = 'data/shapes_test500/annotations/'
+    for cell in selection:
+        cfg = resolved_config(cell.config_path, cell.options)
+        assert osp.basename(cell.checkpoint) == 'epoch_36.pth' and cell.warmup == 100
+        assert cfg.train_cfg.max_epochs == 36 and validated_epochs(cfg.train_cfg) == [6, 12, 18, 24, 30, 33, 36]
+        assert cfg.param_scheduler[1]['milestones'] == [27, 33] and cfg.param_scheduler[1]['end'] == 36
+        assert cfg.train_dataloader.dataset.data_root == 'data/shapes_test500/'
+        # the rates are chosen on the selection cells' tests: the validation images, as the training validates on
+        assert cfg.test_evaluator.ann_file == cfg.val_evaluator.ann_file == data + 'instances_val.json'
+        assert cfg.test_dataloader.dataset.ann_file == 'annotations/instances_val.json'
+        assert cfg.test_dataloader.dataset.data_prefix.img == 'val/'
+    for cell in selection:
+        cell.results = dict(metrics={'coco/bbox_mAP': 20.0 + 1000 * cell.lr}, status='ran')  # best at the top
+    extension, _ = stage(suite, 'extend', tmp_path, selection)
+    assert {(c.variant, c.lr) for c in extension} == {(v, 8e-3) for v in ('A_baseline', 'B_conditioned',
+                                                                           'D_norm_matched')}
+    reported, unknown = stage(suite, 'report', tmp_path, selection)
+    assert not unknown and len(reported) == 36
+    for cell in reported:  # only the reported cells' tests read the held-out split
+        test_cfg = resolved_config(cell.config_path, [*cell.options, *cell.test_options])
+        assert test_cfg.test_dataloader.dataset.ann_file == 'annotations/instances_test.json'
+        assert test_cfg.test_dataloader.dataset.data_prefix.img == 'test/'
+        assert test_cfg.test_evaluator.ann_file == data + 'instances_test.json'
+        train_cfg = resolved_config(cell.config_path, cell.options)
+        assert train_cfg.val_evaluator.ann_file == data + 'instances_val.json'

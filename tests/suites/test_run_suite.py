@@ -290,6 +290,22 @@ def test_only_the_reported_cells_are_tested_on_the_held_out_split(tmp_path):
     assert 'test_options' not in fingerprint(selection[0], REPO_ROOT)  # other suites' fingerprints as they were
 
 
+def test_no_rate_is_chosen_or_extended_while_a_selection_cell_has_not_finished(tmp_path):
+    suite = held_out_suite(tmp_path, extend_top=True)
+    out_dir = tmp_path / 'out'
+    selection, _ = cells_of_stage(suite, 0, 'select', phase_of(suite), [], str(out_dir), [])
+    for cell in selection:
+        if (cell.variant, cell.lr, cell.seed) != ('conditioned', 1e-3, 1):  # that one failed
+            write_cell(str(out_dir), cell.variant, cell.lr, cell.seed, 0.1, 0.1, [2.0, 1.0])
+        cell.results = cell_results(cell, suite.escape)
+    for stage in ('extend', 'report'):
+        new, unknown = cells_of_stage(suite, 0, stage, phase_of(suite), selection, str(out_dir), [])
+        assert unknown == ["variant 'conditioned': 1 of its 4 selection cells did not finish (failed, interrupted or "
+                           'unreadable), and its rate is chosen on all of them: run them again (--resume) before '
+                           'its reported seeds']
+        assert {cell.variant for cell in new} <= {'baseline'}
+
+
 @pytest.mark.parametrize('best_at_top, added', [(True, [4e-3]), (False, [])])
 def test_extend_top_adds_one_doubling_only_where_the_best_rate_is_the_grids_top(tmp_path, best_at_top, added):
     suite = held_out_suite(tmp_path, extend_top=True)
