@@ -13,8 +13,10 @@ BENCH_DIR ?= work_dirs/benchmark
 # Sized so that `make bench` fits 2 CPU cores in an hour; docs/en/benchmarks.md gives the full-size commands.
 BENCH_EVAL_IMAGES ?= 1000
 GPU_CHECK_DIR ?= work_dirs/gpu_check
+NEON_CONFIG ?= configs/neon/faster-rcnn_swin-mini-condtok_fpn_24e_neon-trees.py
+NEON_WORK_DIR ?= work_dirs/neon
 
-.PHONY: install demo bench study test test-quick gpu-check clean-demo
+.PHONY: install demo neon bench study test test-quick gpu-check clean-demo
 
 # The install script is idempotent (a stamp plus a check that mmcv's ops run); a second run takes seconds. Where
 # torch sees a GPU and nvcc is there it compiles mmcv's CUDA ops for that GPU (FORCE_CUDA=0: CPU ops only).
@@ -32,6 +34,14 @@ demo: install
 	$(PY) tools/analysis/plot_conditioning.py $(DEMO_WORK_DIR)/baseline $(DEMO_WORK_DIR)/condtok \
 		--labels baseline condtok --out $(DEMO_WORK_DIR)/conditioning.png
 	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/condtok/test
+
+# Real photographs: fetch the pinned deepforest wheel (MIT) and tile its NEON tree crowns into data/neon_trees/ (the
+# configs' data root), train the conditioned NEON config, then test it on the held-out image
+# (docs/en/user_guides/neon_trees.md).
+neon: install
+	$(PY) tools/dataset/make_neon_trees.py --out-dir data/neon_trees/
+	$(PY) tools/train.py $(NEON_CONFIG) --work-dir $(NEON_WORK_DIR)
+	$(PY) tools/test.py $(NEON_CONFIG) $$(cat $(NEON_WORK_DIR)/last_checkpoint) --work-dir $(NEON_WORK_DIR)/test
 
 # Every benchmark of tools/benchmark/ (tables printed, JSON + PNG under $(BENCH_DIR)); see docs/en/benchmarks.md.
 bench: install

@@ -45,6 +45,9 @@ CONDITIONING_VARIANTS = {
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-norm_fpn_1x_coco.py':
         ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
          {'model.backbone.conditioning.control': 'norm_matched'}),
+    'configs/neon/faster-rcnn_swin-mini-condtok-norm_fpn_24e_neon-trees.py':
+        ('configs/neon/faster-rcnn_swin-mini-condtok_fpn_24e_neon-trees.py',
+         {'model.backbone.conditioning.control': 'norm_matched'}),
 }
 
 
@@ -196,7 +199,7 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_norm_matched_conditioning
 # x 4 images.
 BASE_BATCH_SIZES = {'configs/mask-rcnn_condtok.py': 16, 'configs/swin/': 16, 'configs/xcit/': 16,
                     'configs/upernet/': 16, 'configs/vitdet/': 64,
-                    'configs/demo/swin-mini_1xb32': 32, 'configs/demo/swin-mini-condtok_1xb32': 32, 'configs/demo/': 4, 'configs/classification/vit-base-p16': 4096,
+                    'configs/demo/swin-mini_1xb32': 32, 'configs/demo/swin-mini-condtok_1xb32': 32, 'configs/demo/': 4, 'configs/neon/': 4, 'configs/classification/vit-base-p16': 4096,
                     'configs/classification/': 1024}
 
 
