@@ -1,20 +1,18 @@
-"""ONNX export of conditioned backbones (condtok_mm.deployment, tools/deployment/export_onnx.py): onnxruntime
-computes what PyTorch computes, and the exported conditioner meets kappa(X + C) <= 2."""
+"""ONNX export of conditioned backbones (condtok_mm.deployment): onnxruntime computes what PyTorch computes, and the
+exported conditioner meets kappa(X + C) <= 2."""
 import os.path as osp
 
 import numpy as np
 import pytest
 import torch
-from helpers.repo import REPO_ROOT, load_script, run_main
+from helpers.repo import REPO_ROOT
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
 
 from condtok_mm.conditioning import condition_number
 from condtok_mm.deployment import export_onnx, run_onnxruntime, use_exportable_solver
 from condtok_mm.deployment.parity import output_parity
 from condtok_mm.registry import MODELS
 
-DEMO_SWIN = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
 DEMO_VITDET = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet-condtok_simple-fpn_12e_shapes.py')
 # kappa of the exported graph's X + C: the bound 2 (Newton-Schulz meets it within 1e-4 on rank-deficient tokens)
 # with float32's rounding of the output.
@@ -72,41 +70,23 @@ def test_the_exported_conditioner_bounds_kappa_at_swin_t_size(tmp_path):
 @pytest.mark.slow
 def test_the_exported_conditioner_bounds_kappa_per_window(tmp_path):
     # ViTDet-B's window blocks: 14 x 14 windows of 768 channels (fewer tokens than channels: the short-side Gram
-    # matrix), on a 28 x 28 grid (four windows)
-    tokens = torch.nn.functional.layer_norm(torch.randn(1, 28 * 28, 768, generator=torch.Generator().manual_seed(1)),
-                                            (768, ))
+    # matrix), on a 28 x 28 grid (four windows); tokens of rank 32, LayerNorm'd
+    generator = torch.Generator().manual_seed(1)
+    low_rank = torch.randn(1, 28 * 28, 32, generator=generator) @ torch.randn(32, 768, generator=generator)
+    tokens = torch.nn.functional.layer_norm(low_rank, (768, ))
     conditioner = MODELS.build(dict(type='TokenConditioner', solver='newton_schulz', scope='window', window_size=14))
     module = _Conditioner(conditioner, (28, 28))
     path = export_onnx(module, (tokens, ), str(tmp_path / 'windows.onnx'), ['tokens'], ['conditioned'])
     (conditioned, ) = run_onnxruntime(path, {'tokens': tokens.numpy()}, threads=1)
     expected = module(tokens)
-    windows = torch.from_numpy(conditioned).view(2, 14, 2, 14, 768).permute(0, 2, 1, 3, 4).reshape(4, 196, 768)
-    assert condition_number(windows).max().item() <= KAPPA_BOUND
-    assert np.abs(conditioned - expected.numpy()).max() <= 1e-5 * (expected - tokens).abs().max().item()
-
-
-@pytest.mark.slow
-def test_the_tool_exports_the_swin_demo_backbone_and_onnxruntime_matches_pytorch(tmp_path):
-    init_default_scope('mmdet')
-    detector = MODELS.build(Config.fromfile(DEMO_SWIN).model)
-    checkpoint = tmp_path / 'demo.pth'
-    torch.save(dict(state_dict=detector.state_dict()), checkpoint)
-    tool = load_script('deployment', 'export_onnx.py')
-    out_file = tmp_path / 'swin.onnx'
-    result = run_main(tool.main, 'export_onnx.py', DEMO_SWIN, str(checkpoint), '--shape', '64', '96',
-                      '--backbone-only', '--out-file', str(out_file), '--verify')
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CondSwinTransformer stage 0: solver='auto' -> 'newton_schulz' for the export" in result.stdout
-    assert 'feat3 (1, 256, 2, 3)' in result.stdout
-    backbone = detector.backbone
-    backbone.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
-    use_exportable_solver(backbone)
-    # the graph computes the conditioned backbone (--verify checked its parity): the unconditioned twin's features
-    # are far from it
-    image = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(2))
-    backbone.conditioners['0'].alpha = 0.0
-    assert all(output.onnxruntime_vs_pytorch > 1e-2 for output in output_parity(backbone, str(out_file),
-                                                                                  {'image': image}))
+    def windows(grid):
+        return grid.view(2, 14, 2, 14, 768).permute(0, 2, 1, 3, 4).reshape(4, 196, 768)
+    assert condition_number(windows(tokens)).min().item() > 1e6
+    assert condition_number(windows(torch.from_numpy(conditioned))).max().item() <= KAPPA_BOUND
+    # fewer tokens than channels: Newton-Schulz's smallest directions carry more round-off (eigh and Newton-Schulz
+    # agree within 1e-3 there, tests/conditioning/test_conditioning_batched.py); two runtimes' float64 products
+    # differ by 8e-6 of max |C| here
+    assert np.abs(conditioned - expected.numpy()).max() <= 1e-4 * (expected - tokens).abs().max().item()
 
 
 @pytest.mark.slow
@@ -158,14 +138,3 @@ def test_exporting_an_eigh_conditioner_stops_at_it_naming_the_solver_to_set(tmp_
                        r"solver='eigh'\) cannot be exported to ONNX as it is: .*set solver='newton_schulz'"):
         export_onnx(_Conditioner(conditioner, (4, 4)), (torch.randn(1, 16, 8), ), str(tmp_path / 'eigh.onnx'),
                     ['tokens'], ['conditioned'])
-
-
-@pytest.mark.slow
-def test_the_whole_detector_stops_where_the_deployment_guide_says():
-    # docs/en/user_guides/deployment.md#the-whole-detector: mmdet 3.3's box decoding imports mmdet 2.x's
-    # mmdet.core.export under an ONNX export; when that changes, the guide's stopping point must too
-    tool = load_script('deployment', 'export_onnx.py')
-    result = run_main(tool.main, 'export_onnx.py', DEMO_SWIN, '--shape', '64', '96')
-    assert result.returncode == 1
-    assert ("torch.onnx.export of the whole MaskRCNN stops: <class 'ModuleNotFoundError'>: No module named "
-            "'mmdet.core'") in result.stdout
