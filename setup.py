@@ -40,6 +40,7 @@ setup(
         'analysis': read_requirements('requirements/analysis.txt'),
         'seg': read_requirements('requirements/seg.txt'),
         'tensorboard': read_requirements('requirements/tensorboard.txt'),
+        'deploy': read_requirements('requirements/deploy.txt'),
         'tests': read_requirements('requirements/tests.txt'),
     },
     license='Apache License 2.0',

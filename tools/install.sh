@@ -12,7 +12,7 @@
 #      --no-build-isolation (an isolated build cannot see torch and silently drops mmcv._ext).
 #      The wheel is cached outside the repo under its build tag (cpu, or CUDA version and architectures,
 #      e.g. cu13.0-sm90) so a reinstall skips the compile (~10 minutes on 2 cores for CPU ops).
-#   3. mmengine/mmdet/mmpretrain, evaluation and test requirements, then condtok_mm (editable).
+#   3. mmengine/mmdet/mmpretrain, evaluation, deployment (ONNX) and test requirements, then condtok_mm (editable).
 # Every pip call installs the exact versions of requirements/constraints.txt (setup.py itself declares ranges).
 # Idempotent: a stamp records the hash of every requirement file, of this script and of the mmcv build
 # chosen; when it matches and mmcv's ops run (on the GPU too for a CUDA build), nothing is done.
@@ -115,10 +115,10 @@ else
     cp "$WHEEL_DIR/build.txt" "$VENV/.condtok_mm-mmcv-build.txt" 2>/dev/null || rm -f "$VENV/.condtok_mm-mmcv-build.txt"
 fi
 
-log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation and test requirements, condtok_mm"
+log "step 3/3: mmengine, mmdet, mmpretrain, mmseg, evaluation, deployment and test requirements, condtok_mm"
 "${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/runtime.txt -r requirements/mmpretrain.txt \
     -r requirements/coco.txt -r requirements/analysis.txt -r requirements/seg.txt -r requirements/tensorboard.txt \
-    -r requirements/tests.txt
+    -r requirements/deploy.txt -r requirements/tests.txt
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e .
 # mim finds a package's configs, tools and model index in <its distribution's location>/<package>/.mim
 # (mim/utils/utils.py get_installed_path): an egg-link's checkout for the `setup.py develop` installs mmdet's setup

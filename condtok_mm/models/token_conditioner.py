@@ -129,19 +129,7 @@ class TokenConditioner(BaseModule):
                 wholly outside pass unchanged); the other tokens are returned unchanged. None: every token is
                 valid.
         """
-        if torch.onnx.is_in_onnx_export():
-            # Fail before the exporter traces the rest of the model and stops deep inside on the operator.
-            raise RuntimeError(
-                f'{self.location} (mode={self.mode!r}, method={self.method!r}, scope={self.scope!r}) cannot be '
-                'exported to ONNX: ONNX has no eigendecomposition or SVD operator, and the conditioning computes '
-                "one for every input (method='batched' and 'gram': torch.linalg.eigh, or Newton-Schulz matmuls on "
-                "CUDA; method='svd': torch.linalg.svd). "
-                'Options: deploy a TorchScript model made with torch.jit.trace at the input size you deploy '
-                "(it keeps these operators and fixes the shapes; torch.export.export stops on the conditioner's "
-                'data-dependent checks), or export the baseline twin '
-                '(conditioning=None, the config without -condtok), which is a different model from this trained '
-                'one.')
-        options = self._forward_options
+        options = self.export_options() if torch.onnx.is_in_onnx_export() else self._forward_options
         window = dict(window_size=self.window_size, shift_size=self.shift_size) if self.scope == 'window' else {}
         if hw_shape is None:
             if self.scope == 'window':
@@ -166,6 +154,41 @@ class TokenConditioner(BaseModule):
         if self.control is None:
             return conditioned.view(tokens.shape)
         return match_token_scale(grid, conditioned, self.control, valid_shapes).view(tokens.shape)
+
+    def export_options(self) -> ConditioningOptions:
+        """The forward options inside an ONNX export, or a RuntimeError naming the fix where the export would fail
+        deep inside the model or compute another correction than this module does (:mod:`condtok_mm.deployment`
+        asks every conditioner before it exports: torch's exporter retries a failed capture in other ways and
+        then reports the operator it stopped at instead of this error).
+
+        ONNX has no eigendecomposition or SVD operator: only mode='sigma_max' on the batched path with
+        solver='newton_schulz' (matrix products, a fixed number of steps) exports. check=False: an exported graph
+        cannot raise from data, and reading the status back is a data-dependent host read that the exporter cannot
+        trace; non-finite tokens come out non-finite from the graph instead of raising.
+        """
+        where = f'{self.location} (mode={self.mode!r}, method={self.method!r}, solver={self.solver!r})'
+        if torch.jit.is_tracing():
+            raise RuntimeError(
+                f'{where}: torch.onnx.export(..., dynamo=False), the TorchScript-based exporter, drops the in-place '
+                "updates of a matrix diagonal that the Newton-Schulz solver makes, so its graph would compute another "
+                'correction than this module; export with tools/deployment/export_onnx.py, or '
+                'condtok_mm.deployment.export_onnx (torch.onnx.export with dynamo=True and the ONNX translations '
+                'the conditioning needs)')
+        if self.mode != 'sigma_max' or self.method != 'batched':
+            raise RuntimeError(
+                f'{where} cannot be exported to ONNX: ONNX has no eigendecomposition or SVD operator, and only '
+                "mode='sigma_max' with method='batched' and solver='newton_schulz' computes the correction from "
+                "matrix products (mode='floor' and the graying modes need the eigenvalues themselves). Options: "
+                'deploy a TorchScript model made with torch.jit.trace at the input size you deploy, or export the '
+                'baseline twin (conditioning=None, the config without -condtok), which is a different model from '
+                'this trained one.')
+        if self.solver != 'newton_schulz':
+            raise RuntimeError(
+                f"{where} cannot be exported to ONNX as it is: solver={self.solver!r} computes an eigendecomposition "
+                "('auto' is eigh off CUDA), which ONNX has no operator for; set solver='newton_schulz' (matrix "
+                'products only; X + C within 1e-4 of eigh\'s). tools/deployment/export_onnx.py switches it and '
+                'says so.')
+        return self._forward_options.replace(check=False)
 
     def _control(self, tokens: torch.Tensor, conditioned: torch.Tensor) -> torch.Tensor:
         """The output for every token valid: X + C, or its token-scale control."""
