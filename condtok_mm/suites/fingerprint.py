@@ -98,11 +98,11 @@ def fingerprint_path(cell):
     return osp.join(cell.work_dir, FINGERPRINT_FILE)
 
 
-@functools.lru_cache(maxsize=None)
 def source_commit(root):
     """The git commit of the checkout at ``root`` ('+changes' when tracked files differ from it), or None
     outside a git checkout: recorded beside a fingerprint, not part of it (a commit that only changes the docs
-    makes the same cells), so that suite.md can say which code its cells ran."""
+    makes the same cells), so that suite.md can say which code its cells ran. Read for every cell: a run that
+    lasts hours may see the checkout move on between its cells."""
     def git(*args):
         return subprocess.run(['git', '-C', root, *args], capture_output=True, text=True)
     head = git('rev-parse', '--short=12', 'HEAD')

@@ -208,9 +208,12 @@ def test_the_commit_beside_a_fingerprint_is_the_checkouts_marked_when_tracked_fi
     for change, expected in ((None, head), ('untracked.py', head), ('a.py', head + '+changes')):
         if change:
             (tmp_path / change).write_text('y = 2\n')
-        source_commit.cache_clear()
         assert source_commit(str(tmp_path)) == expected
-    source_commit.cache_clear()
+    # a long run sees the checkout move on between its cells: each reads the commit it runs at
+    git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qam', 'b')
+    moved = subprocess.run(['git', '-C', str(tmp_path), 'rev-parse', '--short=12', 'HEAD'], capture_output=True,
+                           text=True).stdout.strip()
+    assert moved != head and source_commit(str(tmp_path)) == moved
 
 
 def test_suite_md_says_which_commits_and_cpus_its_cells_ran_at(tmp_path):
