@@ -104,7 +104,7 @@ def test_the_vitdet_demo_backbone_exports_and_onnxruntime_matches_pytorch(tmp_pa
 @pytest.mark.slow
 def test_a_wrapped_backbone_exports_and_onnxruntime_matches_pytorch(tmp_path):
     backbone = MODELS.build(dict(
-        type='CondTokBackbone', backbone=dict(type='SwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),
+        type='CondTokBackbone', backbone=dict(type='mmdet.SwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),
                                               num_heads=(1, 2, 4, 8), window_size=4),
         conditioning=dict(type='TokenConditioner', solver='newton_schulz'))).eval()
     image = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
