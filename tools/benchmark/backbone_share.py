@@ -23,12 +23,12 @@ import os
 import os.path as osp
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # the sibling measuring scripts
 from bare_torch import import_conditioning  # noqa: E402
+from conditioner_cuda import times_ms  # noqa: E402
 
 conditioning = import_conditioning()
 
@@ -59,26 +59,6 @@ def conditioning_hook(options):
     return hook
 
 
-def timed(call, repeats: int, device: str, warmup: int = 3):
-    """Milliseconds of each of ``repeats`` calls after ``warmup`` calls: CUDA events on a GPU, wall time otherwise."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        if device == 'cuda':
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            started = time.perf_counter()
-            call()
-            times.append(1e3 * (time.perf_counter() - started))
-    return times
-
-
 def measure(name: str, size, batch: int, repeats: int, device: str, precisions, solvers):
     torch.manual_seed(0)
     model = build(name, size, device).train()
@@ -93,19 +73,19 @@ def measure(name: str, size, batch: int, repeats: int, device: str, precisions, 
                 features = model.forward_features(images)
             features.float().square().mean().backward()
 
-        plain = timed(step, repeats, device)
+        plain = times_ms(step, repeats, device)
         with torch.no_grad(), autocast:
             tokens = model.patch_embed(images)
         for solver in solvers:
             options = conditioning.ConditioningOptions(solver=solver, where=f'{name} patch_embed')
             handle = model.patch_embed.register_forward_hook(conditioning_hook(options))
             try:
-                conditioned = timed(step, repeats, device)
+                conditioned = times_ms(step, repeats, device)
             finally:
                 handle.remove()
             sizes = valid_sizes(batch, *tokens.shape[1:3], device)
             with torch.no_grad():
-                alone = timed(lambda: conditioning.condition_valid_regions(tokens, sizes, options=options), repeats,
+                alone = times_ms(lambda: conditioning.condition_valid_regions(tokens, sizes, options=options), repeats,
                               device)
             plain_ms, conditioned_ms, alone_ms = (statistics.median(t) for t in (plain, conditioned, alone))
             rows.append(dict(backbone=name, image=list(size), tokens=list(tokens.shape[1:]), token_dtype=str(
