@@ -14,13 +14,16 @@ from condtok_mm.deployment.parity import output_parity
 from condtok_mm.registry import MODELS
 
 DEMO_VITDET = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_vit-mini-vitdet-condtok_simple-fpn_12e_shapes.py')
+SWIN_T = osp.join(REPO_ROOT, 'configs', 'swin', 'mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py')
 # kappa of the exported graph's X + C: the bound 2 (Newton-Schulz meets it within 1e-4 on rank-deficient tokens)
 # with float32's rounding of the output.
 KAPPA_BOUND = 2 * (1 + 1e-3)
 
 
 def _demo_backbone(config):
-    backbone = MODELS.build(Config.fromfile(config).model.backbone)
+    cfg = Config.fromfile(config).model.backbone
+    cfg.pop('init_cfg', None)  # random weights: nothing is downloaded
+    backbone = MODELS.build(cfg)
     backbone.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
     return backbone
 
@@ -99,6 +102,20 @@ def test_the_vitdet_demo_backbone_exports_and_onnxruntime_matches_pytorch(tmp_pa
     path = export_onnx(backbone, (image, ), str(tmp_path / 'vitdet.onnx'), ['image'], ['feat0'])
     other = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
     _parity(backbone, other, path)
+
+
+@pytest.mark.slow
+def test_the_swin_t_backbone_exports_and_onnxruntime_matches_pytorch(tmp_path):
+    # the full-size Swin-T backbone of the COCO config (12 blocks, d 96-768) on a small image: 112 x 160 px, 28 x 40
+    # stage-0 tokens, windows of 7 in every stage but the last, which pads its 4 x 5 grid to one window
+    backbone = _demo_backbone(SWIN_T)
+    assert use_exportable_solver(backbone) == [
+        "CondSwinTransformer stage 0: solver='auto' -> 'newton_schulz' for the export (ONNX has no "
+        'eigendecomposition operator; Newton-Schulz gives the same X + C within 1e-4, matrix products only)']
+    image = torch.randn(1, 3, 112, 160, generator=torch.Generator().manual_seed(5))
+    path = export_onnx(backbone, (image, ), str(tmp_path / 'swin-t.onnx'), ['image'], [f'feat{i}' for i in range(4)])
+    parity = _parity(backbone, image, path)
+    assert [output.shape for output in parity] == [(1, 96, 28, 40), (1, 192, 14, 20), (1, 384, 7, 10), (1, 768, 4, 5)]
 
 
 @pytest.mark.slow
