@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import platform
 import sys
 
 import torch
@@ -170,7 +171,8 @@ def owner_cases(record: dict) -> None:
                 build = owners(conditioning_cfg)[owner]
             torch.manual_seed(5)
             try:
-                model = build().eval()
+                model = build()
+                model.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
             except Exception as error:
                 record[f'owner/{owner}/build/{name}'] = type(error).__name__
                 continue
@@ -184,6 +186,15 @@ def owner_cases(record: dict) -> None:
                     del padded
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), on which float results depend."""
+    try:
+        with open('/proc/cpuinfo') as file:
+            return next((line.split(':', 1)[1].strip() for line in file if line.startswith('model name')), '')
+    except OSError:
+        return ''
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description='SHA-256 of the conditioning API outputs, per option combination')
     parser.add_argument('out', help='the JSON to write')
@@ -195,7 +206,8 @@ def main(argv=None) -> int:
     conditioner_cases(record)
     owner_cases(record)
     with open(args.out, 'w') as file:
-        json.dump(dict(torch=torch.__version__, cases=record), file, indent=1, sort_keys=True)
+        json.dump(dict(torch=torch.__version__, cpu=platform.processor() or platform.machine(), cpu_model=cpu_model(),
+                       cases=record), file, indent=1, sort_keys=True)
     print(f'{len(record)} cases, {sum(len(v) == 64 for v in record.values())} outputs, written to {args.out}')
     if args.compare:
         with open(args.compare) as file:
