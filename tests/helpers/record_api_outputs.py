@@ -38,8 +38,18 @@ POSITIONS = ('embedding', 'attention_input')
 
 
 def spelled(options: dict) -> dict:
-    """A case's options (in the names the record was first taken with) in the names of the code being run."""
-    return dict(options)
+    """A case's options (in the names the record was first taken with) in the names of the code being run: the
+    implementation was two options, ``method`` ('batched', 'gram', 'svd') and ``solver`` ('auto', 'eigh',
+    'newton_schulz', the batched path's), and is one now, ``solver``: method='batched' keeps the solver given,
+    'gram' is solver='reference_gram', 'svd' solver='reference_svd'. A reference method with a solver other than
+    'auto' was refused (a ValueError) and has no spelling now: it is refused here the same way."""
+    options = dict(options)
+    method = options.pop('method', 'batched')
+    if method != 'batched':
+        if options.get('solver', 'auto') != 'auto':
+            raise ValueError(f'method={method!r} with solver={options["solver"]!r} has no spelling with one option')
+        options['solver'] = dict(gram='reference_gram', svd='reference_svd')[method]
+    return options
 
 
 def digest(value) -> str:
@@ -89,15 +99,14 @@ def functional_cases(record: dict) -> None:
                                                                     (False, True)):
         options = dict(mode=mode, method=method, solver=solver, detach=detach, centred=centred)
         name = ','.join(f'{key}={value}' for key, value in options.items())
-        new = spelled(options)
         differentiable = not detach
         calls = dict(
-            tokens=lambda x: condition_tokens(x, **new),
-            grid=lambda x: condition_tokens(x.view(2, 9, 8, 8), **new),
-            windows=lambda x: condition_token_windows(x, (9, 8), 4, 2, **new),
-            valid=lambda x: condition_valid_regions(x.view(2, 9, 8, 8), [(9, 8), (5, 3)], **new),
+            tokens=lambda x: condition_tokens(x, **spelled(options)),
+            grid=lambda x: condition_tokens(x.view(2, 9, 8, 8), **spelled(options)),
+            windows=lambda x: condition_token_windows(x, (9, 8), 4, 2, **spelled(options)),
+            valid=lambda x: condition_valid_regions(x.view(2, 9, 8, 8), [(9, 8), (5, 3)], **spelled(options)),
             valid_windows=lambda x: condition_valid_regions(x.view(2, 9, 8, 8), [(9, 8), (5, 3)], window_size=4,
-                                                            shift_size=2, **new))
+                                                            shift_size=2, **spelled(options)))
         for seed, (call_name, call) in enumerate(calls.items()):
             shape, rank = ((2, 30, 8), None) if call_name == 'tokens' else ((2, 72, 8), 3)
             x = tokens(seed, shape, rank, requires_grad=differentiable)
