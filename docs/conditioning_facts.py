@@ -2,7 +2,7 @@
 
 - how much an image's correction changes when a wider batch-mate pads it, if the padding is conditioned with it
   (what ValidRegionDetDataPreprocessor prevents);
-- method='gram' vs method='svd' on rank-deficient tokens: the same kappa, another X + C.
+- solver='reference_gram' vs solver='reference_svd' on rank-deficient tokens: the same kappa, another X + C.
 
     .venv/bin/python docs/conditioning_facts.py
 """
@@ -44,6 +44,6 @@ print(f'conditioned with the padding of a 128 x 192 batch-mate vs alone, on its 
       f'{relative(with_padding, alone):.1f} % (||.||_F, relative)')
 
 gram = alone.view(tokens.shape)
-svd = condition_tokens(tokens, method='svd')
+svd = condition_tokens(tokens, solver='reference_svd')
 print(f'kappa(X + C): gram {float(condition_number(gram)):.6f}, svd {float(condition_number(svd)):.6f}; '
       f'X + C of gram vs svd: {relative(gram, svd):.1f} % (||.||_F, relative)')

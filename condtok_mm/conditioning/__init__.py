@@ -34,12 +34,14 @@ Both give kappa(X + C) <= t for alpha = 1; alpha scales C (alpha = 0 is the iden
 
 Rank-deficient X is the common case (a LayerNorm'd patch embedding has X 1 = 0; Swin-T's 4 x 4 x 3 -> 96 patch
 embedding has rank <= 49), and then the guarantee needs U and V *completed* over the null directions: a zero
-singular value must be lifted along some unit vector orthogonal to range(X). Two implementations:
+singular value must be lifted along some unit vector orthogonal to range(X). Two implementations, chosen by the
+option ``solver``:
 
-``method='batched'`` (the default, :mod:`.batched`): one masked program for the whole padded batch, no host
-sync on the GPU. It conditions X~ = X + rho E, X plus a fixed canonical term of size rho = 1e-5 ||X||_F that
-makes it full rank, so every spectral function of X~^T X~ is unique (no completion, no rank threshold, the same
-result whatever the eigensolver or device) and continuous in X at every rank:
+The batched path (``solver='eigh'`` or ``'newton_schulz'``; ``'auto'``, the default, picks one,
+:mod:`.batched`): one masked program for the whole padded batch, no host sync on the GPU. It conditions
+X~ = X + rho E, X plus a fixed canonical term of size rho = 1e-5 ||X||_F that makes it full rank, so every spectral
+function of X~^T X~ is unique (no completion, no rank threshold, the same result whatever the eigensolver or device)
+and continuous in X at every rank:
 
     X + C = X + alpha (X~ (I + M) - X),   M = h(X~^T X~)   (sigma_max: X~ (I + M) = X~ + c polar(X~)).
 
@@ -50,10 +52,10 @@ Newton-Schulz solvers give X + C within 1e-4 of ||X + C||_F of each other on eve
 ||C||_F on rank-deficient regions of fewer tokens than channels inside padded grids (float32 and float64, d = 8
 and 96), where both keep kappa <= t (1 + 1e-4).
 
-``method='gram'`` / ``'svd'`` (:mod:`.reference`, the float64 reference and the tests' oracle): one image at a
-time; the Gram path completes the null directions explicitly from fixed band and DCT-II candidates made canonical
-(:mod:`.completion`), the SVD path takes LAPACK's completion. ``detach=False`` (the gradient through the SVD)
-always runs here.
+``solver='reference_gram'`` / ``'reference_svd'`` (:mod:`.reference`, the float64 reference and the tests'
+oracle): one image at a time; the Gram path completes the null directions explicitly from fixed band and DCT-II
+candidates made canonical (:mod:`.completion`), the SVD path takes LAPACK's completion. ``detach=False`` (the
+gradient through the SVD) always runs here.
 
 Centred variant (``centred=True``): a LayerNorm (the next block's norm1) subtracts each token's channel mean,
 i.e. projects X onto the complement of the all-ones channel vector 1, so any part of C along 1 never reaches
@@ -63,8 +65,8 @@ Householder reflection H (H 1/sqrt(d) = e_1, Q = H[:, 1:]), so X Q and C_Y Q^T c
 ones vector is X's only null direction (a LayerNorm'd patch embedding with at least as many pixel values
 per patch as channels), Y has full rank and nothing needs completing.
 
-Token-scale controls (:func:`match_token_scale`): the correction also makes the tokens bigger, by
-r = ||X + C||_F / ||X||_F per image (4-5 for ``sigma_max`` on LayerNorm'd patch embeddings), which by itself
+Token-scale controls (the option ``control``, :mod:`.token_scale`): the correction also makes the tokens bigger,
+by r = ||X + C||_F / ||X||_F per image (4-5 for ``sigma_max`` on LayerNorm'd patch embeddings), which by itself
 shrinks every block's residual update relative to the stream. Two parameter-free controls separate the two
 effects: ``'scale_matched'`` returns r X (the conditioned model's token scale, kappa unchanged; the next
 LayerNorm is scale invariant, so the first attention sees what the baseline's sees) and ``'norm_matched'``
@@ -81,15 +83,14 @@ them all once; :class:`~condtok_mm.models.TokenConditioner` holds one too. The p
 from .centred import channel_mean_complement
 from .diagnostics import condition_number, raise_deferred_non_finite
 from .functional import condition_token_windows, condition_tokens, condition_valid_regions
-from .modes import (ALPHA_MAX, BOUNDING_MODES, CHECKS, CONDITIONING_METHODS, CONDITIONING_MODES, GRAYING_EPSILON,
-                    RANK_RTOL, SOLVERS, TOKEN_SCALE_CONTROLS)
+from .modes import (ALPHA_MAX, BATCHED_SOLVERS, BOUNDING_MODES, CHECKS, CONDITIONING_MODES, GRAYING_EPSILON,
+                    RANK_RTOL, REFERENCE_SOLVERS, SOLVERS, TOKEN_SCALE_CONTROLS)
 from .options import ConditioningOptions
 from .reference import token_correction, write_conditioned
-from .token_scale import match_token_scale
 from .windows import token_windows
 
 __all__ = ['ConditioningOptions', 'condition_tokens', 'condition_token_windows', 'condition_valid_regions',
            'condition_number', 'token_correction', 'write_conditioned', 'token_windows', 'channel_mean_complement',
-           'match_token_scale', 'raise_deferred_non_finite', 'BOUNDING_MODES', 'CONDITIONING_MODES',
-           'CONDITIONING_METHODS', 'GRAYING_EPSILON', 'TOKEN_SCALE_CONTROLS', 'SOLVERS', 'CHECKS', 'ALPHA_MAX',
+           'raise_deferred_non_finite', 'BOUNDING_MODES', 'CONDITIONING_MODES', 'GRAYING_EPSILON',
+           'TOKEN_SCALE_CONTROLS', 'SOLVERS', 'BATCHED_SOLVERS', 'REFERENCE_SOLVERS', 'CHECKS', 'ALPHA_MAX',
            'RANK_RTOL']

@@ -56,8 +56,8 @@ class _SafeSVD(torch.autograd.Function):
         return inner + outer_u + outer_v
 
 
-def _correction_safe_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                         epsilon: float, s1_floor: float = 0.0) -> torch.Tensor:
+def _correction_safe_svd(x: torch.Tensor, options, s1_floor: float = 0.0) -> torch.Tensor:
+    """C = U D(s) V^T through :class:`_SafeSVD`, D the lift of ``options`` (alpha a float)."""
     u, s, vh = _SafeSVD.apply(x)
-    return (u * _lift(s, s[..., :1], mode, alpha, target_kappa, epsilon, s1_floor).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s[..., :1], options, s1_floor).unsqueeze(-2)) @ vh
 

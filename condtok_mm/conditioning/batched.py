@@ -137,11 +137,11 @@ class _Bands:
         return weighted.reshape(-1, channels).index_select(0, self.rows).view(stack, -1, channels)
 
 
-def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                     epsilon: float, solver: str):
+def condition_masked(x: torch.Tensor, mask: torch.Tensor, options):
     """X + C (float64 (S, L, d), zero outside ``mask``) and the status (S,) of each matrix (FINE, BAD_INPUT where X
-    has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype). ``solver`` is 'eigh' or 'newton_schulz' (see the
-    module). The caller puts the tokens outside the mask back."""
+    has NaN/Inf, BAD_OUTPUT where X + C overflows x's dtype), for the mode, alpha, target_kappa, epsilon and solver
+    ('auto', 'eigh' or 'newton_schulz', see the module) of ``options`` (a :class:`.options.ConditioningOptions`).
+    The caller puts the tokens outside the mask back."""
     stack, length_tokens, d = x.shape
     # a cast and an in-place fill, not one promoting where: that moves fewer bytes (3 passes over X instead of 7) but
     # runs at half their speed on the CPU
@@ -151,16 +151,17 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
         scale = torch.linalg.vector_norm(masked, ord=math.inf, dim=(1, 2))
         scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
         u = masked / scale[:, None, None]
+    alpha = options.alpha
     if length_tokens < d:
-        return _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver)
+        return _condition_wide(x, mask, masked, u, scale, options)
     gram = u.transpose(-1, -2) @ u
     finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # NaN/Inf always reach the diagonal
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
     gram = torch.where(finite[:, None, None], gram, zero)
     eye = torch.eye(d, dtype=torch.float64, device=x.device)
-    if mode == 'graying':
+    if options.mode == 'graying':
         # U (S / s_1)^eps V^T = u V diag(g / s) V^T; float32/16 tokens are not scaled, so u's units are X's
-        grayed = _grayed_function(gram, epsilon, graying_floor(x.dtype))
+        grayed = _grayed_function(gram, options.epsilon, graying_floor(x.dtype))
         if scale is not None:
             grayed = grayed / scale[:, None, None]
         # (1 - alpha) X + alpha U (S / s_1)^eps V^T; not 1 + alpha (g / s - 1), which would cancel at s >> 1
@@ -170,8 +171,7 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     zu = torch.where(finite[:, None, None], bands.sums(u), zero)  # Z^T u (S, bands, channels)
     # a static choice: the same program for any valid sizes
     accurate = torch.where(finite[:, None, None], u, zero) if length_tokens <= ACCURATE_ROWS * d else None
-    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), mode, alpha, target_kappa, solver,
-                                               accurate)
+    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), options, accurate)
     if scale is not None:
         band_rows = band_rows * scale[:, None, None]
     # the band term as the product's addend: one write of X + C (alpha = 0: 0 + X I, exactly X)
@@ -179,11 +179,12 @@ def condition_masked(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha: floa
     return conditioned, _status(conditioned, finite, x.dtype)
 
 
-def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, valid_count: torch.Tensor, mode: str,
-                         alpha, target_kappa: float, solver: str, accurate: Optional[torch.Tensor] = None):
+def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, valid_count: torch.Tensor, options,
+                         accurate: Optional[torch.Tensor] = None):
     """M = h(G~) (S, d, d) and the band rows (S, d bands, d) from G = u^T u and Z^T u (zero where X is not finite),
-    so that X + C = X (I + alpha M) + Z (band rows) in u's units (see the module). ``accurate``: u itself, for
-    stacks short enough to take their singular values from u~ V (ACCURATE_ROWS).
+    so that X + C = X (I + alpha M) + Z (band rows) in u's units (see the module), h the spectral function of the
+    mode, target_kappa and solver of ``options`` and alpha its alpha. ``accurate``: u itself, for stacks short
+    enough to take their singular values from u~ V (ACCURATE_ROWS).
 
     Where n >= d: h of the d x d G~, and the band rows alpha rho F^T (I + M). Where n < d the bands are single
     tokens, so Z^T u is u's valid rows in order (zero below row n) and u~'s rows are those of
@@ -208,8 +209,7 @@ def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, va
         channel_side = lam.clamp_min(0) if accurate is None else \
             (accurate @ v + rho[:, None, None] * bands.spread(dct.T @ v)).square().sum(-2)
         return torch.where(tokens_side[:, 0], (token_rows.transpose(-1, -2) @ v).square().sum(-2), channel_side)
-    h, lift = _spectral_function(torch.where(tokens_side, token_gram, channel_gram), rho, mode, target_kappa, solver,
-                                 column_squares)
+    h, lift = _spectral_function(torch.where(tokens_side, token_gram, channel_gram), rho, options, column_squares)
     zero = torch.zeros((), dtype=torch.float64, device=gram.device)
     # X + alpha (u~ (I + M) - u) = X (I + alpha M) + alpha rho Z F^T (I + M) where n >= d; one product for both sides
     left = torch.where(tokens_side, h, rho[:, None, None] * dct.T)
@@ -218,10 +218,10 @@ def regularised_function(gram: torch.Tensor, zu: torch.Tensor, bands: _Bands, va
     if lift is not None:  # Newton-Schulz: h(W W^T) W = c polar(W), refined from W itself (see _spectral_function)
         product = torch.where(tokens_side, polar_refinement_step(product, lift), product)
     rows = torch.where(tokens_side, live_dct, dct.T) * rho[:, None, None] + product
-    return torch.where(tokens_side, zero, h), rows * alpha
+    return torch.where(tokens_side, zero, h), rows * options.alpha
 
 
-def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilon, solver):
+def _condition_wide(x, mask, masked, u, scale, options):
     """:func:`condition_masked` for stacks of fewer token rows L than channels d (ViTDet's windows and small
     images, Swin's 7 x 7 windows): the same X + C from the L x L side instead of the d x d one.
 
@@ -235,10 +235,11 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     stack, length, d = u.shape
     zero = torch.zeros((), dtype=torch.float64, device=x.device)
     outside = (~mask).to(torch.float64)
-    if mode == 'graying':
+    alpha = options.alpha
+    if options.mode == 'graying':
         gram = u @ u.transpose(-1, -2)
         finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)
-        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), epsilon,
+        grayed = _grayed_function(torch.where(finite[:, None, None], gram, zero), options.epsilon,
                                   graying_floor(x.dtype))  # (S/s_1)^eps = g(.) u
         conditioned = (1 - alpha) * masked + alpha * (grayed @ u)
         return conditioned, _status(conditioned, finite, x.dtype)
@@ -252,7 +253,7 @@ def _condition_wide(x, mask, masked, u, scale, mode, alpha, target_kappa, epsilo
     gram_reg = regularised @ regularised.transpose(-1, -2)
     gram_reg = gram_reg + torch.diag_embed(outside * (rho**2).unsqueeze(-1))
     # the column norms of u~^T W are u~'s singular values
-    m_matrix, lift = _spectral_function(gram_reg, rho, mode, target_kappa, solver,
+    m_matrix, lift = _spectral_function(gram_reg, rho, options,
                                         lambda w, lam: (regularised.transpose(-1, -2) @ w).square().sum(-2))
     lifted = m_matrix @ regularised
     if lift is not None:  # Newton-Schulz: c polar(u~), refined from u~ itself (see _spectral_function)
@@ -274,9 +275,10 @@ def _grayed_function(gram: torch.Tensor, epsilon: float, s1_floor: float) -> tor
     return (v * gray.unsqueeze(-2)) @ v.transpose(-1, -2)
 
 
-def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
+def _spectral_function(gram, rho, options, column_squares):
     """(M, c): M = h(G~) (S, k, k) for the regularised Gram matrices ``gram``, full rank (no structural zeros: where
-    n < d they are taken on the token side), each shifted by delta = SHIFT rho^2 (see the module); c (S,) the
+    n < d they are taken on the token side), each shifted by delta = SHIFT rho^2 (see the module), h that of the
+    mode and target_kappa of ``options``, computed with its solver (:func:`resolve_solver`); c (S,) the
     lift s~_1 / (t - 1) for 'newton_schulz' (sigma_max only), None for eigh. Newton-Schulz inverts the Gram matrix
     as it was rounded, eigenvalues near eps lambda_max included (on the token side of a rank-deficient matrix,
     1e-15 lambda_max, kappa 2.0024 on one of 40 random rank-47 rows of 95 tokens at d = 96), so the caller refines
@@ -286,7 +288,8 @@ def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
     token side), accurate to eps s_1 where s = sqrt(lambda) is only accurate to eps s_1^2 / s (on a square,
     rank-deficient window, kappa from sqrt(lambda) misses the bound in its third digit)."""
     delta = SHIFT * rho**2
-    if solver == 'newton_schulz':
+    target_kappa = options.target_kappa
+    if resolve_solver(options.solver, options.mode, gram.device) == 'newton_schulz':
         upper = largest_eigenvalue_bound(gram)
         c = upper.sqrt() / (target_kappa - 1)
         eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
@@ -296,7 +299,7 @@ def _spectral_function(gram, rho, mode, target_kappa, solver, column_squares):
     squares = column_squares(v, lam)
     s = (squares + delta.unsqueeze(-1)).sqrt()
     s1 = lam[..., -1:].clamp_min(0).sqrt()
-    lift = s1 / (target_kappa - 1) if mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
+    lift = s1 / (target_kappa - 1) if options.mode == 'sigma_max' else (s1 / target_kappa - s).clamp_min(0)
     h = torch.where(s > 0, lift / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(s))
     return (v * h.unsqueeze(-2)) @ v.transpose(-1, -2), None
 

@@ -1,7 +1,7 @@
 """The functional API: condition a batch of token matrices, the valid region of each padded grid, or each
 attention window. Each function checks its tensors, takes the options as one :class:`.ConditioningOptions` (or as
-keyword options, which make one) and hands the work to the batched path (:mod:`.grids`) or the float64 reference
-(:mod:`.reference`)."""
+keyword options, which make one), hands the work to the batched path (:mod:`.grids`) or the float64 reference
+(:mod:`.reference`) and applies the token-scale control (:mod:`.token_scale`) the options name."""
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -9,6 +9,7 @@ import torch
 from .grids import condition_grids
 from .options import ConditioningOptions
 from .reference import reference_condition_grid, reference_token_windows, reference_valid_regions
+from .token_scale import match_token_scale
 from .valid_sizes import valid_size_tensor
 from .windows import tokens_as_grid
 
@@ -23,13 +24,14 @@ def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = N
         x (Tensor): token matrices of shape (B, N, d) or (N, d), or token grids (B, H, W, d) (each the
             H*W x d matrix of its tokens, row-major); any floating dtype. The correction is computed in float64
             and the result is returned in ``x.dtype``.
-        options (ConditioningOptions, optional): the options (mode, alpha, target_kappa, detach, method, centred,
-            epsilon, solver, check, where; documented there). None: the defaults, named 'condition_tokens' in
+        options (ConditioningOptions, optional): the options (mode, alpha, target_kappa, detach, solver, centred,
+            epsilon, check, control, where; documented there). None: the defaults, named 'condition_tokens' in
             errors. Default: None.
         **kwargs: options to set on top of ``options``, e.g. ``mode='floor'``.
 
     Returns:
-        Tensor: X + C with the shape and dtype of ``x``. A zero matrix is returned unchanged.
+        Tensor: X + C (or its token-scale control, ``control``) with the shape and dtype of ``x``. A zero matrix is
+        returned unchanged.
 
     Raises:
         ValueError: on NaN/Inf in ``x``, on X + C that overflows ``x.dtype`` (float16), or on invalid options.
@@ -42,15 +44,16 @@ def condition_tokens(x: torch.Tensor, options: Optional[ConditioningOptions] = N
         raise ValueError(f'{options.where}: expected floating-point tokens, got {x.dtype}')
     if options.mode == 'graying_dct' and x.dim() != 4:
         raise ValueError(f"{options.where}: mode='graying_dct' needs the token grid (its DCT runs along the grid's "
-                         f'rows and columns): pass token grids (B, H, W, d), not {tuple(x.shape)}')
+                         f'rows and columns): pass token grids (B, H, W, d), not {tuple(x.shape)} (to a '
+                         'TokenConditioner, the grid hw_shape=(H, W))')
     grid = {2: lambda t: t[None, :, None], 3: lambda t: t[:, :, None], 4: lambda t: t}[x.dim()](x)
     if grid.numel() == 0:
         return x
     if options.on_reference_path:
-        out = reference_condition_grid(grid, **_reference_arguments(options))
+        out = reference_condition_grid(grid, options.for_reference())
     else:
         out = condition_grids(grid, None, None, 0, options)
-    return out.view(x.shape)
+    return _controlled(grid, out, options).view(x.shape)  # one ratio per image, also of an (N, d) matrix
 
 
 def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, window_size: Optional[int] = None,
@@ -66,7 +69,8 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, windo
             sizes beyond the grid are clipped to it; a new set of sizes then recompiles nothing).
         window_size (int, optional): condition each attention window of the valid region on its own
             (:func:`condition_token_windows`; windows cut by the valid region keep their valid tokens, a window
-            with none passes unchanged). None: the valid region as one matrix. Default: None.
+            with none passes unchanged; the token-scale control stays one r per image). None: the valid region as
+            one matrix. Default: None.
         shift_size (int): Swin's window shift, with ``window_size``. Default: 0.
         options, **kwargs: see :func:`condition_tokens` (errors named 'condition_valid_regions' by default).
 
@@ -76,11 +80,15 @@ def condition_valid_regions(grid: torch.Tensor, valid_shapes: ValidShapes, windo
     options = ConditioningOptions.resolve(options, 'condition_valid_regions', kwargs)
     if grid.dim() != 4:
         raise ValueError(f'{options.where}: expected token grids (B, H, W, d), got {tuple(grid.shape)}')
+    if window_size is not None:
+        options.check_window(window_size, shift_size)
     sizes = valid_size_tensor(valid_shapes, grid.shape[0], grid.device, options.where)
     if options.on_reference_path:
         shapes = [tuple(size) for size in sizes.tolist()]
-        return reference_valid_regions(grid, shapes, window_size, shift_size, **_reference_arguments(options))
-    return condition_grids(grid, sizes, window_size, shift_size, options)
+        out = reference_valid_regions(grid, shapes, window_size, shift_size, options.for_reference())
+    else:
+        out = condition_grids(grid, sizes, window_size, shift_size, options)
+    return _controlled(grid, out, options, sizes)
 
 
 def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int, shift_size: int = 0,
@@ -105,28 +113,21 @@ def condition_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
         Tensor: the conditioned tokens, shape and dtype of ``x``.
     """
     options = ConditioningOptions.resolve(options, 'condition_token_windows', kwargs)
-    where = options.where
-    check_window(window_size, shift_size, where)
+    options.check_window(window_size, shift_size)
     if x.dim() != 3:
-        raise ValueError(f'{where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
-    grid = tokens_as_grid(x, hw_shape, where)
+        raise ValueError(f'{options.where}: expected tokens of shape (B, H*W, d), got {tuple(x.shape)}')
+    grid = tokens_as_grid(x, hw_shape, options.where)
     if options.on_reference_path:
-        return reference_token_windows(x, hw_shape, window_size, shift_size, **_reference_arguments(options))
-    return condition_grids(grid, None, window_size, shift_size, options).reshape(x.shape)
+        out = reference_token_windows(x, hw_shape, window_size, shift_size, options.for_reference())
+    else:
+        out = condition_grids(grid, None, window_size, shift_size, options).reshape(x.shape)
+    return _controlled(x, out, options)
 
 
-def check_window(window_size, shift_size, where: str) -> None:
-    """Raise ValueError, in the options' wording, unless ``window_size`` >= 1 and 0 <= ``shift_size`` < it."""
-    if not (isinstance(window_size, int) and not isinstance(window_size, bool) and window_size >= 1):
-        raise ValueError(f'{where}: window_size={window_size!r} is invalid; use an integer >= 1 (the side of the '
-                         'attention window)')
-    if not (isinstance(shift_size, int) and not isinstance(shift_size, bool) and 0 <= shift_size < window_size):
-        raise ValueError(f'{where}: shift_size={shift_size!r} is invalid; use an integer in '
-                         f'[0, window_size={window_size})')
-
-
-def _reference_arguments(options: ConditioningOptions) -> dict:
-    """The reference path's keyword arguments (method='batched' with detach=False runs 'gram')."""
-    return dict(mode=options.mode, alpha=options.alpha_value(), target_kappa=options.target_kappa,
-                detach=options.detach, method='gram' if options.method == 'batched' else options.method,
-                where=options.where, centred=options.centred, epsilon=options.epsilon)
+def _controlled(x: torch.Tensor, conditioned: torch.Tensor, options: ConditioningOptions,
+                sizes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """X + C, or its token-scale control where ``options.control`` names one (per image; over the valid tokens of
+    grids ``x`` with ``sizes`` (B, 2))."""
+    if options.control is None:
+        return conditioned
+    return match_token_scale(x, conditioned, options.control, sizes)

@@ -1,25 +1,20 @@
 """The batched path for token grids: the valid-region mask, the window stack and the centring around
-:func:`.batched.condition_masked`, the status report and the constant-correction gradient."""
+:func:`.batched.condition_masked`, the status report and the constant-correction gradient. Its callers (the functional
+API) have checked the options and the window."""
 from typing import Optional
 
 import torch
 
 from .autograd import _ConstantCorrection
-from .batched import ACCURATE_ROWS, _status, condition_masked, finish, resolve_solver
+from .batched import ACCURATE_ROWS, _status, condition_masked, finish
 from .centred import _from_channel_mean_complement, channel_mean_complement
 from .dct_graying import dct_bases, dct_graying
 from .diagnostics import report_status
 from .modes import BOUNDING_MODES
-from .two_pass import condition_two_pass
 from .options import ConditioningOptions
+from .two_pass import condition_two_pass
+from .valid_sizes import valid_region_mask
 from .windows import window_stack
-
-
-def valid_region_mask(sizes: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """(B, H, W) True on the top-left ``sizes[b]`` = (h, w) tokens of each grid, computed on sizes' device."""
-    rows = torch.arange(height, device=sizes.device)
-    cols = torch.arange(width, device=sizes.device)
-    return (rows[None, :, None] < sizes[:, 0, None, None]) & (cols[None, None, :] < sizes[:, 1, None, None])
 
 
 def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_size: Optional[int], shift_size: int,
@@ -27,11 +22,6 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
     """The batched path for token grids (B, H, W, d): valid region ``sizes`` (B, 2) (None: all valid), per
     attention window when ``window_size`` is given. C is a constant in backward."""
     batch, height, width, channels = grid.shape
-    if options.mode == 'graying_dct' and window_size is not None:
-        raise ValueError(f"{options.where}: window_size={window_size!r} is invalid with mode='graying_dct' (the DCT "
-                         "form transforms each image's whole token grid); use scope='image', or mode='graying' per "
-                         'window')
-    mode, alpha, target_kappa, epsilon = options.mode, options.alpha, options.target_kappa, options.epsilon
     with torch.no_grad():
         tokens = grid.detach()
         if sizes is None:
@@ -39,18 +29,17 @@ def condition_grids(grid: torch.Tensor, sizes: Optional[torch.Tensor], window_si
         else:
             mask = valid_region_mask(sizes, height, width)
         if options.centred and channels < 2:  # a single channel is all channel mean: nothing to condition
-            _, status = condition_masked(tokens.reshape(batch, -1, channels), mask.reshape(batch, -1), mode, 0.0,
-                                         target_kappa, epsilon, 'eigh')
+            flat = tokens.reshape(batch, -1, channels).masked_fill(~mask.reshape(batch, -1, 1), 0)
+            status = _status(flat, torch.isfinite(flat).flatten(1).all(-1), grid.dtype)
             out = tokens.clone()
         elif _two_pass_applies(tokens, window_size, options):
             out, status = condition_two_pass(tokens.reshape(batch, height * width, channels), mask.reshape(batch, -1),
-                                             mode, alpha, target_kappa,
-                                             resolve_solver(options.solver, mode, grid.device))
+                                             options)
             out = out.view(grid.shape)
         else:
             inner = channel_mean_complement(tokens.double()) if options.centred else tokens
-            if mode == 'graying_dct':
-                conditioned, status = _condition_dct(inner, mask, sizes, alpha, epsilon, grid.dtype)
+            if options.mode == 'graying_dct':
+                conditioned, status = _condition_dct(inner, mask, sizes, options, grid.dtype)
             else:
                 conditioned, status = _condition_stacks(inner, mask, window_size, shift_size, options)
             if options.centred:
@@ -78,17 +67,17 @@ def _condition_stacks(inner: torch.Tensor, mask: torch.Tensor, window_size: Opti
         unstack = lambda t: t.view(batch, height, width, -1)  # noqa: E731
     else:
         stack, stack_mask, unstack = window_stack(inner, mask, window_size, shift_size)
-    conditioned, status = condition_masked(stack, stack_mask, options.mode, options.alpha, options.target_kappa,
-                                           options.epsilon, resolve_solver(options.solver, options.mode, inner.device))
+    conditioned, status = condition_masked(stack, stack_mask, options)
     return unstack(conditioned), status.view(batch, -1).amax(-1)
 
 
-def _condition_dct(inner: torch.Tensor, mask: torch.Tensor, sizes: Optional[torch.Tensor], alpha, epsilon: float,
-                   dtype: torch.dtype):
-    """Token Graying's DCT form (:mod:`.dct_graying`) of the grids ``inner`` (B, H, W, d) on their valid regions, and
-    the status of each image. ``dtype``, the tokens' dtype, decides what overflows; the working precision is float64
-    for float64 grids (float64 tokens, or centred ones), float32 otherwise (the transforms are orthogonal). An image
-    with NaN/Inf tokens comes back as it was (its status says so)."""
+def _condition_dct(inner: torch.Tensor, mask: torch.Tensor, sizes: Optional[torch.Tensor],
+                   options: ConditioningOptions, dtype: torch.dtype):
+    """Token Graying's DCT form (:mod:`.dct_graying`, with the alpha and epsilon of ``options``) of the grids
+    ``inner`` (B, H, W, d) on their valid regions, and the status of each image. ``dtype``, the tokens' dtype,
+    decides what overflows; the working precision is float64 for float64 grids (float64 tokens, or centred ones),
+    float32 otherwise (the transforms are orthogonal). An image with NaN/Inf tokens comes back as it was (its status
+    says so)."""
     batch, height, width, channels = inner.shape
     work = torch.float64 if inner.dtype == torch.float64 else torch.float32
     original = inner.to(work, copy=True).masked_fill_(~mask.unsqueeze(-1), 0)
@@ -98,5 +87,5 @@ def _condition_dct(inner: torch.Tensor, mask: torch.Tensor, sizes: Optional[torc
         sizes = torch.tensor([[height, width]], device=x.device).expand(batch, 2)
     bases_h = dct_bases(sizes[:, 0].clamp(max=height), height, work)
     bases_w = dct_bases(sizes[:, 1].clamp(max=width), width, work)
-    conditioned = torch.where(finite, dct_graying(x, bases_h, bases_w, alpha, epsilon), original)
+    conditioned = torch.where(finite, dct_graying(x, bases_h, bases_w, options.alpha, options.epsilon), original)
     return conditioned, _status(conditioned.view(batch, -1, channels), finite.view(batch), dtype)

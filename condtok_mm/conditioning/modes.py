@@ -9,16 +9,18 @@ import torch
 BOUNDING_MODES = ('sigma_max', 'floor')
 GRAYING_MODES = ('graying', 'graying_dct')
 CONDITIONING_MODES = BOUNDING_MODES + GRAYING_MODES
-# 'batched': one masked program for the whole padded batch (the default, :mod:`.batched`); 'gram' and 'svd': the
-# float64 reference (:mod:`.reference`), one image at a time, kept as the tests' oracle.
-CONDITIONING_METHODS = ('batched', 'gram', 'svd')
-# How the batched path evaluates its spectral function: 'eigh' (one batched LAPACK/cuSOLVER eigh of the (B, d, d)
-# stack), 'newton_schulz' (matmuls only, no host sync; mode='sigma_max' only), 'auto' (Newton-Schulz on CUDA for
-# sigma_max, eigh otherwise).
-SOLVERS = ('auto', 'eigh', 'newton_schulz')
+# How the correction is computed (the option ``solver``): on the batched path (one masked program for the whole
+# padded batch, :mod:`.batched`) with 'eigh' (one batched LAPACK/cuSOLVER eigh of the (B, d, d) stack) or
+# 'newton_schulz' (matmuls only, no host sync; mode='sigma_max' only), or on the float64 reference (:mod:`.reference`,
+# one image at a time, the tests' oracle) with 'reference_gram' (the Gram matrix and its canonical null-space
+# completion) or 'reference_svd' (the thin SVD); 'auto' chooses (:meth:`.options.ConditioningOptions` documents how).
+BATCHED_SOLVERS = ('eigh', 'newton_schulz')
+REFERENCE_SOLVERS = ('reference_gram', 'reference_svd')
+SOLVERS = ('auto', ) + BATCHED_SOLVERS + REFERENCE_SOLVERS
 # The strength alpha scales C linearly (0: the identity, 1: the bound is reached). Beyond this the output is
 # dominated by C (and can overflow half precision); 1e30 is a typo, not an experiment.
 ALPHA_MAX = 100.0
+# The token-scale controls (:mod:`.token_scale`); None is the method itself.
 TOKEN_SCALE_CONTROLS = ('scale_matched', 'norm_matched')
 
 # Singular values below RANK_RTOL * s_1 are treated as null directions on the Gram path. The eigenvalues
@@ -34,15 +36,16 @@ GRAYING_EPSILON = 0.95
 CHECKS = ('auto', True, False)
 
 
-def _lift(s: torch.Tensor, s1: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-          epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> torch.Tensor:
-    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``); ``s1_floor``: see
+def _lift(s: torch.Tensor, s1: torch.Tensor, options, s1_floor=0.0) -> torch.Tensor:
+    """D = alpha * g(s): how much each singular value is raised (same shape as ``s``), for the mode, alpha (a float),
+    target_kappa and epsilon of ``options`` (a :class:`.options.ConditioningOptions`); ``s1_floor``: see
     :func:`_grayed`."""
-    if mode == 'sigma_max':
-        return (alpha / (target_kappa - 1)) * s1.expand_as(s)
-    if mode == 'floor':
-        return alpha * (s1 / target_kappa - s).clamp_min(0)
-    return alpha * (_grayed(s, s1, epsilon, s1_floor) - s)
+    alpha = options.alpha
+    if options.mode == 'sigma_max':
+        return (alpha / (options.target_kappa - 1)) * s1.expand_as(s)
+    if options.mode == 'floor':
+        return alpha * (s1 / options.target_kappa - s).clamp_min(0)
+    return alpha * (_grayed(s, s1, options.epsilon, s1_floor) - s)
 
 
 def graying_floor(dtype: torch.dtype) -> float:
@@ -80,10 +83,10 @@ def _grayed(s: torch.Tensor, s1: torch.Tensor, epsilon: float, s1_floor=0.0) -> 
     return grayed * torch.clamp_max(s1 / s1_floor, 1.0)
 
 
-def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float, epsilon: float, s1_floor=0.0
+def _gram_scales(lam: torch.Tensor, options, s1_floor=0.0
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From the ascending eigenvalues ``lam`` of G = X^T X: (s, null, lift, scale, keep); ``s1_floor``: see
-    :func:`_grayed`.
+    """From the ascending eigenvalues ``lam`` of G = X^T X and the ``options`` (alpha a float): (s, null, lift, scale,
+    keep); ``s1_floor``: see :func:`_grayed`.
 
     ``null`` marks the null directions to complete (each lifted by ``lift``), ``scale`` the factor C adds
     to X v_i on the others and ``keep`` = 1 + scale, the factor of X + C (X + C = X V diag(keep) V^T there).
@@ -93,15 +96,16 @@ def _gram_scales(lam: torch.Tensor, mode: str, alpha: float, target_kappa: float
     s1 = s[..., -1:]
     has_signal = s1 > 0
     null = (s <= RANK_RTOL * s1) & has_signal  # a prefix of the ascending order, per sample
-    lift = _lift(s, s1, mode, alpha, target_kappa, epsilon, s1_floor) * has_signal
+    lift = _lift(s, s1, options, s1_floor) * has_signal
     # Non-null directions: X v_i scaled by (s_i + D_i) / s_i, i.e. X v_i (D_i / s_i) added.
     scale = torch.where(null | ~has_signal, torch.zeros_like(s), lift / s.clamp_min(1e-300))
     keep = scale + 1
-    if mode == 'graying':
+    if options.mode == 'graying':
+        alpha = options.alpha
         # keep = (1 - alpha) + alpha g_i / s_i, formed directly: 1 + (g_i / s_i - 1) would cancel to 0 where
         # s_i >> 1 (graying's output does not scale with X). Null directions have g_i = 0: X's own (round-off)
         # component there is scaled by 1 - alpha, as on the SVD path, and nothing is lifted or completed.
-        keep = (1 - alpha) + alpha * _grayed(s, s1, epsilon, s1_floor) / s.clamp_min(1e-300)
+        keep = (1 - alpha) + alpha * _grayed(s, s1, options.epsilon, s1_floor) / s.clamp_min(1e-300)
         scale = keep - 1
         null = torch.zeros_like(null)
     return s, null, lift, scale, keep

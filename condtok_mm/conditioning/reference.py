@@ -1,6 +1,8 @@
-"""The float64 reference: today's Gram path with its canonical null-space completion (method='gram') and the thin
-SVD (method='svd'), one image at a time. It is the oracle the batched path is tested against, kept to round-off
-(tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the SVD)."""
+"""The float64 reference: the Gram path with its canonical null-space completion (solver='reference_gram') and the
+thin SVD (solver='reference_svd'), one image at a time. It is the oracle the batched path is tested against, kept to
+round-off (tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the
+SVD). Every function takes the options as one :class:`.options.ConditioningOptions` with alpha a float
+(:meth:`.options.ConditioningOptions.for_reference`)."""
 import math
 from typing import Optional, Sequence, Tuple
 
@@ -11,7 +13,8 @@ from .centred import _from_channel_mean_complement, channel_mean_complement
 from .completion import (_COMPLETION_OVERSAMPLING, _add_bands, _band_sums, _bands, _canonical_null_directions,
                          _complete_null_space, _completion_lift)
 from .diagnostics import _check_finite, _check_output
-from .modes import GRAYING_EPSILON, _gram_scales, _lift, graying_floor
+from .modes import _gram_scales, _lift, graying_floor
+from .options import ConditioningOptions
 from .windows import token_windows, tokens_as_grid
 
 # A Gram matrix whose largest diagonal entry is below this is recomputed from rescaled tokens: its
@@ -19,9 +22,8 @@ from .windows import token_windows, tokens_as_grid
 _GRAM_FLOOR = 1e-200
 
 
-def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                          add_tokens: bool = False, grid_width: int = 1,
-                          epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> Optional[torch.Tensor]:
+def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, options: ConditioningOptions, add_tokens: bool = False,
+                          grid_width: int = 1, s1_floor=0.0) -> Optional[torch.Tensor]:
     """C (X + C with ``add_tokens``) for float64 x (B, N, d), N >= d, from its d x d Gram matrix ``gram``.
 
     The product X (M - A W) (X (I + M - A W) for X + C) and, with null directions, two passes (band sums,
@@ -31,7 +33,7 @@ def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha:
     space (the SVD then does the work). ``s1_floor``: graying's least s_1 (:func:`.modes.graying_floor`).
     """
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon, s1_floor)
+    s, null, lift, scale, keep = _gram_scales(lam, options, s1_floor)
     has_signal = s[..., -1:] > 0
     # Summed over the non-null directions, X v_i (D_i / s_i) is X M with the d x d matrix M = V diag(D/S) V^T
     # (X (I + M) for X + C, at no extra cost).
@@ -64,8 +66,8 @@ def _correction_gram_tall(x: torch.Tensor, gram: torch.Tensor, mode: str, alpha:
 _CHUNK_TOKENS = 8192
 
 
-def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str, alpha: float,
-                                target_kappa: float, epsilon: float = GRAYING_EPSILON, s1_floor: float = 0.0) -> bool:
+def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, options: ConditioningOptions,
+                                s1_floor: float = 0.0) -> bool:
     """Write X + C into ``out`` for the token grids ``grid`` (B, H, W, d), H * W >= d, reading X twice.
 
     The Gram path with nothing else materialized: pass 1 casts chunks of rows to float64 and accumulates
@@ -90,7 +92,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     if not bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
         return False
     lam, v = torch.linalg.eigh(gram)  # ascending
-    s, null, lift, scale, keep = _gram_scales(lam, mode, alpha, target_kappa, epsilon, s1_floor)  # s_1 > 0
+    s, null, lift, scale, keep = _gram_scales(lam, options, s1_floor)  # s_1 > 0
     product = (v * keep.unsqueeze(-2)) @ v.transpose(-1, -2)  # I + M
     null_count = null.sum(-1)
     k = int(null_count.max())
@@ -125,8 +127,7 @@ def _conditioned_grid_streaming(grid: torch.Tensor, out: torch.Tensor, mode: str
     return True
 
 
-def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: float,
-                    epsilon: float = GRAYING_EPSILON, s1_floor=0.0) -> torch.Tensor:
+def _correction_svd(x: torch.Tensor, options: ConditioningOptions, s1_floor=0.0) -> torch.Tensor:
     """Reference C from the thin SVD (LAPACK completes U and V over null directions).
 
     That completion pairs whatever null-space bases the SVD returns, so over null directions this path is
@@ -135,45 +136,59 @@ def _correction_svd(x: torch.Tensor, mode: str, alpha: float, target_kappa: floa
     """
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
     s1 = s[..., :1]
-    return (u * _lift(s, s1, mode, alpha, target_kappa, epsilon, s1_floor).unsqueeze(-2)) @ vh
+    return (u * _lift(s, s1, options, s1_floor).unsqueeze(-2)) @ vh
 
 
-def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
-                     target_kappa: float = 2.0, method: str = 'gram',
-                     where: str = 'token_correction', centred: bool = False,
-                     add_tokens: bool = False, grid_width: int = 1,
-                     epsilon: float = GRAYING_EPSILON, s1_floor: float = 0.0) -> torch.Tensor:
-    """The correction C for float64 token matrices ``x`` of shape (B, N, d); no argument checks.
+def token_correction(x: torch.Tensor, options: Optional[ConditioningOptions] = None, add_tokens: bool = False,
+                     grid_width: int = 1, s1_floor: float = 0.0, **kwargs) -> torch.Tensor:
+    """The float64 reference's correction C for float64 token matrices ``x`` of shape (B, N, d).
 
-    With ``add_tokens`` it returns X + C instead, computed without a separate pass to add X. ``grid_width``
-    is the width of the token grid the N rows come from (row-major), which places the null-space completion
-    on bands of whole grid rows. ``s1_floor``: graying's least s_1 in x's units (:func:`.modes.graying_floor` of
-    the tokens' dtype).
-    Raises ValueError (naming ``where``) on NaN/Inf in ``x``.
+    Args:
+        x (Tensor): float64 token matrices (B, N, d).
+        options (ConditioningOptions, optional): the options (the mode, alpha, target_kappa, centred, epsilon and
+            solver: 'auto' or 'reference_gram' for the Gram path, 'reference_svd' for the SVD; C is computed
+            without a gradient of its own). None: the defaults, named 'token_correction' in errors. Default: None.
+        add_tokens (bool): return X + C instead, computed without a separate pass to add X. Default: False.
+        grid_width (int): the width of the token grid the N rows come from (row-major), which places the null-space
+            completion on bands of whole grid rows. Default: 1.
+        s1_floor (float): graying's least s_1 in x's units (:func:`.modes.graying_floor` of the tokens' dtype).
+            Default: 0.0.
+        **kwargs: options to set on top of ``options``, e.g. ``mode='floor'``.
+
+    Raises:
+        ValueError: naming ``where`` on NaN/Inf in ``x``, or on invalid options (a batched solver, a token-scale
+            control, which applies to X + C and not to C, or check=False).
     """
-    if centred:
+    options = ConditioningOptions.resolve(options, 'token_correction', kwargs).for_reference(applies_control=False)
+    return _correction(x, options, add_tokens, grid_width, s1_floor)
+
+
+def _correction(x: torch.Tensor, options: ConditioningOptions, add_tokens: bool = False, grid_width: int = 1,
+                s1_floor: float = 0.0) -> torch.Tensor:
+    """:func:`token_correction` for options as the reference takes them (checked)."""
+    where, alpha = options.where, options.alpha
+    if options.centred:
         if x.shape[-1] < 2:  # no complement to condition: a single channel is all channel mean
             _check_finite(x, where)
             return x.clone() if add_tokens else torch.zeros_like(x)
         correction = _from_channel_mean_complement(
-            token_correction(channel_mean_complement(x), mode, alpha, target_kappa, method, where,
-                             epsilon=epsilon, s1_floor=s1_floor))
+            _correction(channel_mean_complement(x), options.replace(centred=False), s1_floor=s1_floor))
         return x + correction if add_tokens else correction
     if alpha == 0:
         _check_finite(x, where)
         return x.clone() if add_tokens else torch.zeros_like(x)
+    gram_path = options.solver != 'reference_svd'
     wide = x.shape[-2] < x.shape[-1]
     tall = x.transpose(-1, -2) if wide else x  # kappa and the construction are the same for X^T
     correction = None
-    if method == 'gram':
+    if gram_path:
         gram = tall.transpose(-1, -2) @ tall
         # Squares of float32/16 values neither overflow nor underflow in float64, so the Gram matrix of
         # the tokens themselves is usable; NaN/Inf in x always reach its diagonal. Only float64 tokens of
         # extreme magnitude (or all-zero ones) take the rescaled path below.
         largest = gram.diagonal(dim1=-2, dim2=-1).amax(-1)
         if bool(torch.isfinite(gram).all() & (largest >= _GRAM_FLOOR).all()):
-            correction = _correction_gram_tall(tall, gram, mode, alpha, target_kappa, add_tokens,
-                                               1 if wide else grid_width, epsilon, s1_floor)
+            correction = _correction_gram_tall(tall, gram, options, add_tokens, 1 if wide else grid_width, s1_floor)
             if correction is not None:
                 return correction.transpose(-1, -2) if wide else correction
     _check_finite(x, where)
@@ -183,13 +198,12 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     unit = tall / torch.where(amax > 0, amax, torch.ones_like(amax))
     # graying's least s_1 in the units of X / amax, one per sample (B, 1)
     unit_floor = (s1_floor / torch.where(amax > 0, amax, torch.ones_like(amax))).squeeze(-1) if s1_floor else 0.0
-    if method == 'gram':
-        correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, mode, alpha, target_kappa,
-                                           grid_width=1 if wide else grid_width, epsilon=epsilon,
-                                           s1_floor=unit_floor)
-    if correction is None:  # method='svd', or the Gram path's completion had no room to work
-        correction = _correction_svd(unit, mode, alpha, target_kappa, epsilon, unit_floor)
-    if mode == 'graying':
+    if gram_path:
+        correction = _correction_gram_tall(unit, unit.transpose(-1, -2) @ unit, options,
+                                           grid_width=1 if wide else grid_width, s1_floor=unit_floor)
+    if correction is None:  # solver='reference_svd', or the Gram path's completion had no room to work
+        correction = _correction_svd(unit, options, unit_floor)
+    if options.mode == 'graying':
         # X + C = (1 - alpha) X + alpha U (S / s_1)^eps V^T, whose second term is the same for X and for X / amax;
         # formed without X + (C - X), which would cancel the O(1) result away at large amax.
         conditioned = correction + unit + (1 - alpha) * (tall - unit)
@@ -201,17 +215,14 @@ def token_correction(x: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.
     return correction.transpose(-1, -2) if wide else correction
 
 
-
-def reference_condition_grid(grid: torch.Tensor, mode: str, alpha: float, target_kappa: float, detach: bool,
-                             method: str, where: str, centred: bool, epsilon: float) -> torch.Tensor:
-    """X + C for token grids (B, H, W, d) with ``method='gram'`` or ``'svd'``, one image at a time (checked
-    arguments; :func:`condtok_mm.conditioning.condition_tokens` documents them)."""
-    options = dict(mode=mode, alpha=alpha, target_kappa=target_kappa, method=method, where=where, centred=centred,
-                   epsilon=epsilon)
-    if detach or not torch.is_grad_enabled() or not grid.requires_grad:
+def reference_condition_grid(grid: torch.Tensor, options: ConditioningOptions) -> torch.Tensor:
+    """X + C for token grids (B, H, W, d) on the float64 reference, one image at a time (checked ``options``;
+    :func:`condtok_mm.conditioning.condition_tokens` documents them)."""
+    where = options.where
+    if options.detach or not torch.is_grad_enabled() or not grid.requires_grad:
         out = torch.empty(grid.shape, dtype=grid.dtype, device=grid.device)
         with torch.no_grad():
-            write_conditioned(grid.detach(), out, **options)
+            _write_conditioned(grid.detach(), out, options)
         _check_output(out, where)
         if torch.is_grad_enabled() and grid.requires_grad:
             out = _ConstantCorrection.apply(grid, out)
@@ -219,36 +230,46 @@ def reference_condition_grid(grid: torch.Tensor, mode: str, alpha: float, target
     batch, height, width, d = grid.shape
     _check_finite(grid, where)
     flat = grid.reshape(batch, height * width, d)
-    out = (flat + _DifferentiableCorrection.apply(flat, mode, alpha, target_kappa, method, centred,
-                                                  width, epsilon)).view(grid.shape)
+    out = (flat + _DifferentiableCorrection.apply(flat, options, width)).view(grid.shape)
     _check_output(out, where)
     return out
 
 
-def write_conditioned(grid: torch.Tensor, out: torch.Tensor, mode: str = 'sigma_max', alpha: float = 1.0,
-                      target_kappa: float = 2.0, method: str = 'gram', where: str = 'write_conditioned',
-                      centred: bool = False, epsilon: float = GRAYING_EPSILON) -> None:
-    """Write X + C for the token grids ``grid`` (B, H, W, d) into ``out`` (same shape, any dtype and strides).
+def write_conditioned(grid: torch.Tensor, out: torch.Tensor, options: Optional[ConditioningOptions] = None,
+                      **kwargs) -> None:
+    """Write the float64 reference's X + C for the token grids ``grid`` (B, H, W, d) into ``out`` (same shape, any
+    dtype and strides).
 
-    The work of :func:`condition_tokens` (same arguments; C a constant, no autograd) without allocating the
+    The work of :func:`condition_tokens` on the reference (C a constant, no autograd) without allocating the
     result, so that a caller can condition part of a tensor in place, e.g. the valid region of an image in
     a padded batch. Cheap Gram cases stream over X twice (:func:`_conditioned_grid_streaming`); the others
     take the explicit path on a float64 copy.
+
+    Args:
+        grid (Tensor): token grids (B, H, W, d).
+        out (Tensor): where X + C is written, the shape of ``grid``.
+        options (ConditioningOptions, optional): as for :func:`token_correction` (errors named 'write_conditioned'
+            by default). Default: None.
+        **kwargs: options to set on top of ``options``.
     """
+    options = ConditioningOptions.resolve(options, 'write_conditioned', kwargs).for_reference(applies_control=False)
+    _write_conditioned(grid, out, options)
+
+
+def _write_conditioned(grid: torch.Tensor, out: torch.Tensor, options: ConditioningOptions) -> None:
+    """:func:`write_conditioned` for options as the reference takes them (checked)."""
     batch, height, width, d = grid.shape
     s1_floor = graying_floor(grid.dtype)
-    if method == 'gram' and not centred and alpha != 0 and height * width >= d \
-            and _conditioned_grid_streaming(grid, out, mode, alpha, target_kappa, epsilon, s1_floor):
+    if options.solver != 'reference_svd' and not options.centred and options.alpha != 0 and height * width >= d \
+            and _conditioned_grid_streaming(grid, out, options, s1_floor):
         return
     flat = grid.reshape(batch, height * width, d).double()
-    conditioned = token_correction(flat, mode, alpha, target_kappa, method, where, centred, add_tokens=True,
-                                   grid_width=width, epsilon=epsilon, s1_floor=s1_floor)
+    conditioned = _correction(flat, options, add_tokens=True, grid_width=width, s1_floor=s1_floor)
     out.copy_(conditioned.view(grid.shape))
 
 
-def reference_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int, int]],
-                            window_size: Optional[int] = None, shift_size: int = 0, detach: bool = True,
-                            **kwargs) -> torch.Tensor:
+def reference_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int, int]], window_size: Optional[int],
+                            shift_size: int, options: ConditioningOptions) -> torch.Tensor:
     """Condition image b on the top-left ``valid_shapes[b]`` part of its token grid only; the other tokens
     (padding) pass unchanged.
 
@@ -258,25 +279,24 @@ def reference_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int
         window_size (int, optional): condition each attention window of the valid region on its own
             (:func:`condition_token_windows`; windows cut by the valid region keep their valid tokens).
             None: the valid region as one matrix. Default: None.
-        shift_size (int): Swin's window shift, with ``window_size``. Default: 0.
-        detach (bool): see :func:`condition_tokens`. Default: True.
-        **kwargs: mode, alpha, target_kappa, method, where, centred, epsilon of :func:`condition_tokens`.
+        shift_size (int): Swin's window shift, with ``window_size``.
+        options (ConditioningOptions): checked, as the reference takes them.
 
     Returns:
         Tensor: the conditioned grids, shape and dtype of ``grid``.
     """
     batch, height, width, channels = grid.shape
     regions = [(image, min(h, height), min(w, width)) for image, (h, w) in enumerate(valid_shapes)]
-    if window_size is None and (detach or not torch.is_grad_enabled() or not grid.requires_grad):
+    if window_size is None and (options.detach or not torch.is_grad_enabled() or not grid.requires_grad):
         out = torch.empty(grid.shape, dtype=grid.dtype, device=grid.device)
         with torch.no_grad():
             for image, h, w in regions:  # padding copied as it is, the valid region conditioned in place
                 out[image, h:] = grid[image, h:]
                 out[image, :h, w:] = grid[image, :h, w:]
                 if h and w:
-                    write_conditioned(grid[image:image + 1, :h, :w].detach(), out[image:image + 1, :h, :w],
-                                      **kwargs)
-        _check_output(out, kwargs['where'])
+                    _write_conditioned(grid[image:image + 1, :h, :w].detach(), out[image:image + 1, :h, :w],
+                                       options)
+        _check_output(out, options.where)
         return _ConstantCorrection.apply(grid, out) if torch.is_grad_enabled() and grid.requires_grad else out
     out = grid.clone(memory_format=torch.contiguous_format)
     for image, h, w in regions:
@@ -284,17 +304,16 @@ def reference_valid_regions(grid: torch.Tensor, valid_shapes: Sequence[Tuple[int
             continue
         valid = grid[image:image + 1, :h, :w]
         if window_size is None:
-            conditioned = reference_condition_grid(valid, detach=detach, **kwargs)
+            conditioned = reference_condition_grid(valid, options)
         else:
             conditioned = reference_token_windows(valid.reshape(1, h * w, channels), (h, w), window_size,
-                                                  shift_size, detach=detach, **kwargs).view(1, h, w, channels)
+                                                  shift_size, options).view(1, h, w, channels)
         out[image:image + 1, :h, :w] = conditioned
     return out
 
 
-def reference_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int,
-                            shift_size: int = 0, where: str = 'condition_token_windows', detach: bool = True,
-                            **kwargs) -> torch.Tensor:
+def reference_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_size: int, shift_size: int,
+                            options: ConditioningOptions) -> torch.Tensor:
     """Condition the token matrix of every attention window on its own: kappa <= target_kappa per window.
 
     The windows are those of a windowed-attention block (Swin's W-MSA/SW-MSA, ViTDet's window blocks):
@@ -313,18 +332,17 @@ def reference_token_windows(x: torch.Tensor, hw_shape: Tuple[int, int], window_s
         x (Tensor): tokens of shape (B, H*W, d), row-major over the (H, W) grid.
         hw_shape (tuple[int, int]): the grid (H, W).
         window_size (int): side of the square attention window, >= 1.
-        shift_size (int): Swin's window shift, 0 <= shift_size < window_size. Default: 0.
-        where (str): a name for error messages.
-        **kwargs: mode, alpha, target_kappa, detach, method, centred, epsilon of :func:`condition_tokens`.
+        shift_size (int): Swin's window shift, 0 <= shift_size < window_size.
+        options (ConditioningOptions): checked, as the reference takes them (its ``where`` names errors).
 
     Returns:
         Tensor: the conditioned tokens, shape and dtype of ``x``.
     """
-    grid = tokens_as_grid(x, hw_shape, where)
+    grid = tokens_as_grid(x, hw_shape, options.where)
     batch, num_tokens, channels = x.shape
     out = grid.new_empty(grid.shape)
     for (top, left, rows, cols, win_h, win_w), windows in token_windows(grid, window_size, shift_size):
-        conditioned = reference_condition_grid(windows[:, :, None], detach=detach, where=where, **kwargs)
+        conditioned = reference_condition_grid(windows[:, :, None], options)
         out[:, top:top + rows * win_h, left:left + cols * win_w] = conditioned.view(
             batch, rows, cols, win_h, win_w, channels).permute(0, 1, 3, 2, 4, 5).reshape(
                 batch, rows * win_h, cols * win_w, channels)
@@ -340,24 +358,22 @@ class _DifferentiableCorrection(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, mode, alpha, target_kappa, method, centred, grid_width, epsilon):
+    def forward(ctx, x, options, grid_width):
         x64 = x.detach().double()
         ctx.save_for_backward(x64)
-        s1_floor = graying_floor(x.dtype)
-        ctx.options = (mode, alpha, target_kappa, centred, epsilon, s1_floor)
-        return token_correction(x64, mode, alpha, target_kappa, method, centred=centred,
-                                grid_width=grid_width, epsilon=epsilon, s1_floor=s1_floor).to(x.dtype)
+        ctx.options, ctx.s1_floor = options, graying_floor(x.dtype)
+        return _correction(x64, options, grid_width=grid_width, s1_floor=ctx.s1_floor).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_c):
         (x64,) = ctx.saved_tensors
-        mode, alpha, target_kappa, centred, epsilon, s1_floor = ctx.options
+        options, s1_floor = ctx.options, ctx.s1_floor
         with torch.enable_grad():
             xr = x64.detach().requires_grad_(True)
-            if centred and xr.shape[-1] < 2:
-                return torch.zeros_like(grad_c), None, None, None, None, None, None, None
+            if options.centred and xr.shape[-1] < 2:
+                return torch.zeros_like(grad_c), None, None
             correction = (_from_channel_mean_complement(
-                _correction_safe_svd(channel_mean_complement(xr), mode, alpha, target_kappa, epsilon, s1_floor))
-                if centred else _correction_safe_svd(xr, mode, alpha, target_kappa, epsilon, s1_floor))
+                _correction_safe_svd(channel_mean_complement(xr), options, s1_floor))
+                if options.centred else _correction_safe_svd(xr, options, s1_floor))
             (grad_x,) = torch.autograd.grad(correction, xr, grad_c.double())
-        return grad_x.to(grad_c.dtype), None, None, None, None, None, None, None
+        return grad_x.to(grad_c.dtype), None, None

@@ -40,10 +40,11 @@ def chunk_rows(length: int, channels: int, device: torch.device) -> int:
     return max(1, min(length, elements // channels))
 
 
-def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, target_kappa: float, solver: str):
+def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, options):
     """X + C in x's dtype for the stack ``x`` (S, L, d) of float32/16 tokens (L >= d), x itself outside ``mask``
     (S, L), and the status (S,) of each matrix (FINE, BAD_INPUT where X has NaN/Inf, BAD_OUTPUT where X + C
-    overflows x's dtype). ``mode`` is 'sigma_max' or 'floor', ``solver`` 'eigh' or 'newton_schulz'."""
+    overflows x's dtype), for ``options`` (a :class:`.options.ConditioningOptions`) of mode 'sigma_max' or
+    'floor' on the batched path."""
     stack, length, d = x.shape
     rows = chunk_rows(length, d, x.device)
     spans = [(start, min(start + rows, length)) for start in range(0, length, rows)]
@@ -60,8 +61,8 @@ def condition_two_pass(x: torch.Tensor, mask: torch.Tensor, mode: str, alpha, ta
     gram = torch.where(finite[:, None, None], gram, zero)
     prefix = edge_sums.prefix  # the sums of u over the positions before each band edge
     zu = torch.where(finite[:, None, None], (prefix[:, 1:] - prefix[:, :-1]) * bands.weight.unsqueeze(-1), zero)
-    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), mode, alpha, target_kappa, solver)
-    transform = torch.eye(d, dtype=torch.float64, device=x.device) + alpha * m_matrix
+    m_matrix, band_rows = regularised_function(gram, zu, bands, mask.sum(-1), options)
+    transform = torch.eye(d, dtype=torch.float64, device=x.device) + options.alpha * m_matrix
     # each token's band row, Z's weight included; row d of each matrix (no band) is zero
     table = torch.nn.functional.pad(band_rows * bands.weight.unsqueeze(-1), (0, 0, 0, 1)).reshape(-1, d)
     token_rows = bands.rows.view(stack, length)

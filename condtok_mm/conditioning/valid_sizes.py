@@ -1,4 +1,5 @@
-"""Each image's valid region (h, w) of a padded batch, checked and turned into a device tensor (B, 2)."""
+"""Each image's valid region (h, w) of a padded batch, checked and turned into a device tensor (B, 2), and the mask of
+the tokens it covers."""
 import numbers
 from typing import Sequence, Tuple, Union
 
@@ -40,3 +41,10 @@ def valid_size_tensor(valid_shapes: Union[Sequence[Tuple[int, int]], torch.Tenso
     if torch.device(device).type == 'cuda':  # pinned and non-blocking: no host sync for the upload
         return sizes.pin_memory().to(device, non_blocking=True)
     return sizes.to(device)
+
+
+def valid_region_mask(sizes: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(B, H, W) True on the top-left ``sizes[b]`` = (h, w) tokens of each grid, computed on sizes' device."""
+    rows = torch.arange(height, device=sizes.device)
+    cols = torch.arange(width, device=sizes.device)
+    return (rows[None, :, None] < sizes[:, 0, None, None]) & (cols[None, None, :] < sizes[:, 1, None, None])

@@ -29,21 +29,23 @@ def use_exportable_solver(model: torch.nn.Module) -> List[str]:
     off CUDA), and return one message per conditioner switched, naming it.
 
     Raises:
-        ValueError: for a conditioner whose mode or method has no matrix-product form ('floor', the graying modes,
-            method 'gram' / 'svd'), naming it and the ways to deploy it.
+        ValueError: for a conditioner whose mode or solver has no matrix-product form ('floor', the graying modes,
+            the float64 reference: solver 'reference_gram' / 'reference_svd' or detach=False), naming it and the
+            ways to deploy it.
     """
     messages = []
     for module in model.modules():
         if not isinstance(module, TokenConditioner):
             continue
-        if module.mode != 'sigma_max' or module.method != 'batched':
+        if module.mode != 'sigma_max' or module.options.on_reference_path:
             raise ValueError(
-                f'{module.location} (mode={module.mode!r}, method={module.method!r}) cannot be exported to ONNX: '
-                "only mode='sigma_max' with method='batched' computes its correction from matrix products "
-                "(solver='newton_schulz'); the other modes need the eigenvalues, which ONNX has no operator for. "
-                'Deploy a TorchScript model (torch.jit.trace at the input size you deploy) or the baseline twin.')
+                f'{module.where} (mode={module.mode!r}, solver={module.solver!r}) cannot be exported to ONNX: '
+                "only mode='sigma_max' on the batched path computes its correction from matrix products "
+                "(solver='newton_schulz', detach=True); the other modes need the eigenvalues, which ONNX has no "
+                'operator for. Deploy a TorchScript model (torch.jit.trace at the input size you deploy) or the '
+                'baseline twin.')
         if module.solver != EXPORT_SOLVER:
-            messages.append(f"{module.location}: solver={module.solver!r} -> {EXPORT_SOLVER!r} for the export (ONNX "
+            messages.append(f"{module.where}: solver={module.solver!r} -> {EXPORT_SOLVER!r} for the export (ONNX "
                             'has no eigendecomposition operator; Newton-Schulz gives the same X + C within 1e-4, '
                             'matrix products only)')
             module.solver = EXPORT_SOLVER

@@ -10,12 +10,11 @@ import torch
 import torch.nn as nn
 from mmengine.model import BaseModule
 
+from condtok_mm.models.placement import TOKEN_LAYOUTS, missing_grid
 from condtok_mm.models.valid_region import BatchValidRegion, valid_token_shapes
 from condtok_mm.models.weights_only_init import WeightsOnlyInit
 
-__all__ = ['TransparentWrapper', 'TOKEN_LAYOUTS', 'condition_layout']
-
-TOKEN_LAYOUTS = ('auto', 'BNC', 'BHWC', 'BCHW')
+__all__ = ['TransparentWrapper', 'condition_layout']
 
 
 class TransparentWrapper(WeightsOnlyInit, BaseModule):
@@ -60,31 +59,24 @@ def condition_layout(conditioner: nn.Module, tokens: torch.Tensor, layout: str,
     """Condition each image's token matrix of a tensor in 'BNC', 'BHWC' or 'BCHW' layout; same layout back
     ('auto' is resolved by the caller, which knows the module: :func:`condtok_mm.models.layout.output_layout`).
     The token grid that a per-window conditioner needs is the map's (H, W), or ``hw_shape`` for (B, N, C) tokens.
-    With the batch's valid ``region`` each image is conditioned on its valid tokens only.
+    With the batch's valid ``region`` each image is conditioned on its valid tokens only; (B, N, C) tokens without
+    their grid are refused where the conditioner needs it (:func:`.placement.missing_grid`).
     """
+    where = conditioner.where
     if tokens.dim() != len(layout):
-        raise ValueError(f'{conditioner.location}: token_layout={layout!r} does not fit a tensor of shape '
+        raise ValueError(f'{where}: token_layout={layout!r} does not fit a tensor of shape '
                          f'{tuple(tokens.shape)}; valid layouts are {", ".join(TOKEN_LAYOUTS)}')
     if layout == 'BNC':
-        if hw_shape is None and getattr(conditioner, 'scope', 'image') == 'window':
-            raise ValueError(f"{conditioner.location}: scope='window' needs the token grid, and this output "
-                             f'is (B, N, C) tokens {tuple(tokens.shape)} without an (H, W) beside them; '
-                             "condition a submodule whose output is a feature map (token_layout 'BHWC' or "
-                             "'BCHW') or a (tokens, hw_shape) tuple such as mmdet's and mmpretrain's "
-                             "PatchEmbed, or use scope='image'")
         if hw_shape is None:
             if region is not None and any(shape != region.batch_hw for shape in region.img_shapes):
-                raise ValueError(f'{conditioner.location}: this batch is padded, and (B, N, C) tokens '
-                                 f'{tuple(tokens.shape)} without an (H, W) beside them do not say which '
-                                 'tokens are padding; condition a submodule whose output is a feature map '
-                                 "(token_layout 'BHWC' or 'BCHW') or a (tokens, hw_shape) tuple")
+                raise missing_grid(where, 'a padded batch (to tell its padding from its tokens)', tokens.shape)
             return conditioner(tokens)
-        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape, where=conditioner.location))
+        return conditioner(tokens, hw_shape, valid_token_shapes(region, hw_shape, where=where))
     if layout == 'BHWC':
         b, h, w, c = tokens.shape
         return conditioner(tokens.reshape(b, h * w, c), (h, w),
-                           valid_token_shapes(region, (h, w), where=conditioner.location)).reshape(b, h, w, c)
+                           valid_token_shapes(region, (h, w), where=where)).reshape(b, h, w, c)
     b, c, h, w = tokens.shape
     matrix = tokens.flatten(2).transpose(1, 2)
-    valid_shapes = valid_token_shapes(region, (h, w), where=conditioner.location)
+    valid_shapes = valid_token_shapes(region, (h, w), where=where)
     return conditioner(matrix, (h, w), valid_shapes).transpose(1, 2).reshape(b, c, h, w)

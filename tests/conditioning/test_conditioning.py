@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from condtok_mm.conditioning import (BOUNDING_MODES, condition_number, condition_token_windows, condition_tokens,
-                                     condition_valid_regions, token_correction)
+from condtok_mm.conditioning import (BOUNDING_MODES, ConditioningOptions, condition_number, condition_token_windows,
+                                     condition_tokens, condition_valid_regions, token_correction)
 from condtok_mm.conditioning.completion import _bands
 from condtok_mm.conditioning.reference import _conditioned_grid_streaming, _correction_gram_tall
 from helpers.precision import low_precision_check
@@ -50,8 +50,8 @@ def test_bound_holds_at_detection_resolution(mode):
 def test_matches_numpy_svd_reference(mode, shape):
     # the correction is unique for a full-rank X with distinct singular values
     x = random_tokens(2, *shape, 1e3, dtype=torch.float64)
-    for method in ('gram', 'svd'):
-        got = token_correction(x, mode=mode, method=method)
+    for solver in ('reference_gram', 'reference_svd'):
+        got = token_correction(x, mode=mode, solver=solver)
         for b in range(2):
             want = numpy_correction(x[b].numpy(), mode)
             np.testing.assert_allclose(got[b].numpy(), want, atol=1e-9 * np.abs(want).max())
@@ -75,7 +75,7 @@ LOW_PRECISION_SHAPES = STAGE_SHAPES + [(64, 512)]
 @pytest.mark.parametrize('shape', LOW_PRECISION_SHAPES)
 def test_low_precision_output_is_within_the_dtypes_rounding_of_the_bound(mode, dtype, shape):
     x = random_tokens(2, *shape, 1e6, dtype=dtype)
-    y = condition_tokens(x, mode=mode, method='gram')  # the reference: checked against token_correction
+    y = condition_tokens(x, mode=mode, solver='reference_gram')  # the reference: checked against token_correction
     assert y.dtype == dtype and torch.isfinite(y).all()
     # In float64 (before the cast back) the bound holds as for float32 ...
     assert (condition_number(x.double() + token_correction(x.double(), mode=mode)) <= 2 + BOUND_TOL).all()
@@ -111,9 +111,9 @@ def test_null_space_completion_falls_back_when_candidates_lie_in_range():
     for j, (start, end) in enumerate(_bands(64, 6)):  # X has rank 6 of 8: 2 null directions, 6 bands
         x[0, start:end] = torch.randn(8, dtype=torch.float64)
     gram = x.transpose(-1, -2) @ x
-    assert _correction_gram_tall(x, gram, 'sigma_max', 1.0, 2.0) is None  # the Gram path gives up ...
-    y = condition_tokens(x, method='gram')
-    assert torch.equal(y, condition_tokens(x, method='svd'))  # ... and the SVD computed the result
+    assert _correction_gram_tall(x, gram, ConditioningOptions()) is None  # the Gram path gives up ...
+    y = condition_tokens(x, solver='reference_gram')
+    assert torch.equal(y, condition_tokens(x, solver='reference_svd'))  # ... and the SVD computed the result
     assert condition_number(y) <= 2 + BOUND_TOL
 
 
@@ -142,15 +142,15 @@ def test_degenerate_inputs_give_finite_conditioned_output(mode, name, x):
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
 @pytest.mark.parametrize('shape, dtype', [((2, 10, 4), torch.float32), ((2, 4, 10), torch.float32),
                                           ((2, 10, 4), torch.float64)], ids=['tall', 'wide', 'float64'])
-@pytest.mark.parametrize('method, alpha', [('gram', 1.0), ('svd', 1.0), ('gram', 0.0)])
-def test_non_finite_input_raises_with_location(bad, shape, dtype, method, alpha):
+@pytest.mark.parametrize('solver, alpha', [('reference_gram', 1.0), ('reference_svd', 1.0), ('reference_gram', 0.0)])
+def test_non_finite_input_raises_with_location(bad, shape, dtype, solver, alpha):
     x = torch.randn(*shape, dtype=dtype)
     x[1, 3, 2] = bad
     with pytest.raises(ValueError, match=r'CondSwinTransformer stage 0: the token matrix has 1 non-finite'):
-        condition_tokens(x, method=method, alpha=alpha, where='CondSwinTransformer stage 0')
+        condition_tokens(x, solver=solver, alpha=alpha, where='CondSwinTransformer stage 0')
     x.requires_grad_(True)  # the differentiable path (detach=False) checks as well
     with pytest.raises(ValueError, match=r'CondSwinTransformer stage 0: the token matrix has 1 non-finite'):
-        condition_tokens(x, method=method, alpha=alpha, detach=False, where='CondSwinTransformer stage 0')
+        condition_tokens(x, solver=solver, alpha=alpha, detach=False, where='CondSwinTransformer stage 0')
 
 
 def test_tokens_of_the_wrong_shape_are_refused():
@@ -244,7 +244,7 @@ def test_centred_variant_conditions_the_complement_of_the_ones_vector(mode, shap
     # LayerNorm'd tokens (each token's channel mean 0, as Swin's patch embedding gives) plus a mean part
     x = torch.nn.functional.layer_norm(random_tokens(2, *shape, 1e3, dtype=torch.float64), shape[-1:])
     x = x + torch.randn(2, shape[0], 1, dtype=torch.float64)  # a channel-mean component per token
-    got = condition_tokens(x, mode=mode, centred=True, method='gram') - x
+    got = condition_tokens(x, mode=mode, centred=True, solver='reference_gram') - x
     q = numpy_ones_complement(shape[1])
     for b in range(2):
         y = x[b].numpy() @ q
@@ -293,7 +293,7 @@ def test_gram_path_matches_the_svd_construction_on_rank_deficient_tokens(mode, r
     # orthogonal to range(X): check exactly that, and the bound
     x = random_tokens(1, 4000, rank, 1e2, dtype=torch.float64) @ torch.linalg.qr(
         torch.randn(96, rank, dtype=torch.float64))[0].T  # rank 49: Swin-T's patch embedding
-    out = condition_tokens(x, mode=mode, method='gram')
+    out = condition_tokens(x, mode=mode, solver='reference_gram')
     u, s, vh = torch.linalg.svd(x[0], full_matrices=False)
     live = s > 1e-5 * s[0]
     lift = numpy_correction(x[0].numpy(), mode)  # LAPACK's completion for the null part
@@ -326,10 +326,10 @@ def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
     height, width = grid
     x = (random_tokens(1, height * width, 49, 1e2) @ torch.linalg.qr(torch.randn(96, 49))[0].T)
     out = torch.empty(1, height, width, 96)
-    streamed = _conditioned_grid_streaming(x.view(1, height, width, 96), out, mode, 1.0, 2.0)
+    streamed = _conditioned_grid_streaming(x.view(1, height, width, 96), out, ConditioningOptions(mode=mode))
     assert streamed == (height >= 47 + 4)  # fewer rows than bands: the explicit path does it
-    explicit = token_correction(x.double(), mode, add_tokens=True, grid_width=width).float()
-    got = condition_tokens(x.view(1, height, width, 96), mode=mode, method='gram')
+    explicit = token_correction(x.double(), mode=mode, add_tokens=True, grid_width=width).float()
+    got = condition_tokens(x.view(1, height, width, 96), mode=mode, solver='reference_gram')
     torch.testing.assert_close(got, explicit.view(1, height, width, 96), rtol=1e-5, atol=1e-5)
     if streamed:
         torch.testing.assert_close(out, got, rtol=0, atol=0)
@@ -339,8 +339,8 @@ def test_streaming_grid_path_equals_the_explicit_one(mode, grid):
 def test_streaming_path_writes_into_a_strided_view_and_leaves_the_rest():
     x = torch.nn.functional.layer_norm(random_tokens(1, 30 * 40, 96, 1e2), (96, )).view(1, 30, 40, 96)
     out = torch.zeros(1, 32, 48, 96)
-    assert _conditioned_grid_streaming(x[:, :, :35], out[:, :30, :35], 'sigma_max', 1.0, 2.0)
-    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous(), method='gram'),
+    assert _conditioned_grid_streaming(x[:, :, :35], out[:, :30, :35], ConditioningOptions())
+    torch.testing.assert_close(out[:, :30, :35], condition_tokens(x[:, :, :35].contiguous(), solver='reference_gram'),
                                rtol=0, atol=0)
     assert out[:, 30:].abs().max() == 0 and out[:, :, 35:].abs().max() == 0
 

@@ -1,4 +1,5 @@
-"""The batched path's accuracy contract (method='batched', the default), against the float64 reference.
+"""The batched path's accuracy contract (solver 'eigh' or 'newton_schulz'; 'auto', the default, picks one), against
+the float64 reference.
 
 kappa(X + C) <= t (1 + KAPPA_TOL) at every rank; on full-rank inputs X + C is the reference's within
 REFERENCE_TOL * TAU * kappa(X) (the canonical term rho E moves the small directions by about rho / s_min);
@@ -7,8 +8,8 @@ both solvers give the same X + C (SOLVER_TOL, REGION_SOLVER_TOL); it is continuo
 import pytest
 import torch
 
-from condtok_mm.conditioning import (BOUNDING_MODES, condition_number, condition_token_windows, condition_tokens,
-                                     condition_valid_regions)
+from condtok_mm.conditioning import (BOUNDING_MODES, ConditioningOptions, condition_number, condition_token_windows,
+                                     condition_tokens, condition_valid_regions)
 from condtok_mm.models.token_conditioner import TokenConditioner
 from helpers.precision import low_precision_check
 from helpers.tokens import random_tokens
@@ -63,7 +64,7 @@ def test_zero_tokens_stay_zero():
 @pytest.mark.parametrize('kappa', [1e1, 1e2, 1e3])
 def test_full_rank_tokens_match_the_reference_within_tau_kappa(mode, kappa):
     x = random_tokens(2, 3136, 96, kappa, dtype=torch.float64)
-    want = condition_tokens(x, mode=mode, method='gram')
+    want = condition_tokens(x, mode=mode, solver='reference_gram')
     for solver in ('eigh', 'newton_schulz') if mode == 'sigma_max' else ('eigh', ):
         got = condition_tokens(x, mode=mode, solver=solver)
         error = (got - want).flatten(1).norm(dim=1) / want.flatten(1).norm(dim=1)
@@ -74,7 +75,7 @@ def test_full_rank_tokens_match_the_reference_within_tau_kappa(mode, kappa):
 def test_rank_deficient_singular_values_match_the_reference_within_rho(mode):
     x = embedded(4000, 49)
     rho = TAU * float(x.norm())
-    want = torch.linalg.svdvals(condition_tokens(x, mode=mode, method='gram'))
+    want = torch.linalg.svdvals(condition_tokens(x, mode=mode, solver='reference_gram'))
     got = torch.linalg.svdvals(condition_tokens(x, mode=mode))
     assert float((got - want).abs().max()) <= 3 * rho + KAPPA_TOL * float(want.max())
 
@@ -151,8 +152,9 @@ def test_continuous_at_constant_tokens():
     out = condition_tokens(x)
     moved = [float((condition_tokens(x + size * noise) - out).norm() / out.norm()) for size in (1e-12, 1e-14)]
     assert max(moved) < 1e-4, moved
-    reference = condition_tokens(x, method='gram')
-    assert float((condition_tokens(x + 1e-12 * noise, method='gram') - reference).norm() / reference.norm()) > 0.1
+    reference = condition_tokens(x, solver='reference_gram')
+    moved = condition_tokens(x + 1e-12 * noise, solver='reference_gram')
+    assert float((moved - reference).norm() / reference.norm()) > 0.1
 
 
 def test_continuous_on_an_all_black_image_with_one_pixel_changed():
@@ -177,8 +179,8 @@ def test_continuous_on_an_all_black_image_with_one_pixel_changed():
     moved_in = float((y - x).norm() / x.norm())
     moved_out = float((out_y - out_x).norm() / out_x.norm())
     assert moved_out <= 2 / 96**0.5, (moved_in, moved_out)
-    want_x = condition_tokens(x.view(1, 24, 40, 96), method='gram')
-    want_y = condition_tokens(y.view(1, 24, 40, 96), method='gram')
+    want_x = condition_tokens(x.view(1, 24, 40, 96), solver='reference_gram')
+    want_y = condition_tokens(y.view(1, 24, 40, 96), solver='reference_gram')
     assert moved_out < float((want_y - want_x).norm() / want_x.norm()) / 2
 
 
@@ -204,7 +206,7 @@ def test_windows_bound_kappa_per_window_and_pass_empty_windows(shift):
     torch.manual_seed(0)
     grid = torch.nn.functional.layer_norm(torch.randn(2, 9, 11, 16), (16, ))
     out = condition_valid_regions(grid, [(9, 11), (5, 6)], window_size=4, shift_size=shift)
-    want = condition_valid_regions(grid, [(9, 11), (5, 6)], window_size=4, shift_size=shift, method='gram')
+    want = condition_valid_regions(grid, [(9, 11), (5, 6)], window_size=4, shift_size=shift, solver='reference_gram')
     # the reference conditions the same windows: the same tokens move and the same stay
     assert torch.equal(out == grid, want == grid)
     tops = [0] + list(range(shift or 4, 9, 4)) if shift else list(range(0, 9, 4))
@@ -241,7 +243,7 @@ def test_float16_overflow_names_half_precision():
     with pytest.raises(ValueError, match='not finite although the tokens X are.*float16 .*65504.*bfloat16'):
         condition_tokens(x)
     with pytest.raises(ValueError, match='not finite although the tokens X are'):
-        condition_tokens(x, method='gram')
+        condition_tokens(x, solver='reference_gram')
     assert not torch.isfinite(condition_tokens(x, check=False)).all()  # check=False: no error, as asked
     assert torch.isfinite(condition_tokens(x.bfloat16())).all()
 
@@ -286,7 +288,7 @@ def test_alpha_is_validated_when_set_and_read_at_forward():
 def test_low_precision_output_is_the_float64_result_rounded(dtype):
     x = random_tokens(2, 3136, 96, 1e6, dtype=dtype)
     y = condition_tokens(x, solver='newton_schulz')
-    error, budget, kappa, kappa_bound = low_precision_check(x, y, 'sigma_max', method='batched')
+    error, budget, kappa, kappa_bound = low_precision_check(x, y, 'sigma_max', solver='newton_schulz')
     assert (error <= budget).all() and (kappa <= kappa_bound).all(), (error, budget, kappa, kappa_bound)
 
 
@@ -298,13 +300,14 @@ def test_fewer_tokens_than_channels_give_the_same_result_from_either_side(mode, 
     # the token side (W W^T of its rows in order) and one of n >= d the channel side. They compute one function
     # (u~ h(u~^T u~) = h(u~ u~^T) u~), so an image does not change with the padding its batch-mates force.
     from condtok_mm.conditioning.batched import condition_masked
+    options = ConditioningOptions(mode=mode, epsilon=0.5, solver=solver)
     tokens = torch.cat([embedded(40, 30, d=64, seed=1), 3 * embedded(40, 40, d=64, seed=2)]).double()
     wide_mask = torch.ones(2, 40, dtype=torch.bool)
     wide_mask[1, 33:] = False  # the second matrix has 33 valid tokens
     tall = torch.nn.functional.pad(tokens, (0, 0, 0, 60))
     tall_mask = torch.nn.functional.pad(wide_mask, (0, 60))
-    wide, wide_status = condition_masked(tokens, wide_mask, mode, 1.0, 2.0, 0.5, solver)
-    padded, padded_status = condition_masked(tall, tall_mask, mode, 1.0, 2.0, 0.5, solver)
+    wide, wide_status = condition_masked(tokens, wide_mask, options)
+    padded, padded_status = condition_masked(tall, tall_mask, options)
     for b, n in enumerate((40, 33)):
         expected = padded[b, :n]
         assert torch.linalg.norm(wide[b, :n] - expected) <= 1e-6 * torch.linalg.norm(expected)

@@ -79,7 +79,7 @@ def test_half_precision_tokens_under_autocast_stay_within_the_rounding_bound(dty
     assert tokens.dtype == out.dtype == dtype and torch.isfinite(out).all()
     whole = tokens[:1].reshape(1, -1, 48).cpu()
     error, budget, kappa, kappa_bound = low_precision_check(whole, out[:1].reshape(1, -1, 48).cpu(), 'sigma_max',
-                                                            method='batched')
+                                                            solver='newton_schulz')
     assert (error <= budget).all() and (kappa <= kappa_bound).all(), (error, budget, kappa, kappa_bound)
     assert torch.equal(out[1, 11:], tokens[1, 11:]) and torch.equal(out[1, :, 13:], tokens[1, :, 13:])
 
@@ -92,7 +92,7 @@ def test_rank_deficient_tokens_condition_the_same_on_cuda_and_cpu():
     layer_normed = torch.nn.functional.layer_norm(torch.randn(2, 300, 48, generator=gen), (48, ))
     # the batched path (each solver on both devices: its X + C is a spectral function of a full-rank matrix) and
     # the reference's canonical completion
-    for options in (dict(solver='eigh'), dict(solver='newton_schulz'), dict(method='gram')):
+    for options in (dict(solver='eigh'), dict(solver='newton_schulz'), dict(solver='reference_gram')):
         for tokens in (low_rank, layer_normed):
             grid = tokens.view(2, 15, 20, 48)
             on_cpu = condition_tokens(grid, **options)

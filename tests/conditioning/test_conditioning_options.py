@@ -15,7 +15,6 @@ from helpers.tokens import random_tokens
 # (option, invalid value, what the message says is valid)
 INVALID = [
     ('mode', 'max', "one of 'sigma_max', 'floor', 'graying', 'graying_dct'"),
-    ('method', 'qr', "one of 'batched', 'gram', 'svd'"),
     ('alpha', -0.5, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('alpha', 1e30, r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
     ('alpha', '1', r'a number in [0, 100] (1 reaches the bound, 0 disables the correction)'),
@@ -32,8 +31,9 @@ INVALID = [
     ('epsilon', 1.5, "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
     ('epsilon', True, "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
     ('epsilon', '0.9', "a number in (0, 1] (mode='graying': kappa -> kappa^epsilon; the authors' default is 0.95)"),
-    ('solver', 'qr', "one of 'auto', 'eigh', 'newton_schulz'"),
+    ('solver', 'qr', "one of 'auto', 'eigh', 'newton_schulz', 'reference_gram', 'reference_svd'"),
     ('check', 'later', "one of 'auto', True, False ('auto': at once on the CPU, deferred to the next call on CUDA)"),
+    ('control', 'both', "None (the method) or one of 'scale_matched', 'norm_matched'"),
 ]
 IDS = [f'{name}={value!r}' for name, value, _ in INVALID]
 
@@ -62,7 +62,7 @@ def test_every_invalid_option_is_refused_in_one_wording_wherever_it_is_given(nam
 @pytest.mark.parametrize('name, value, valid', INVALID, ids=IDS)
 def test_setting_an_invalid_option_on_a_conditioner_is_refused_and_changes_nothing(name, value, valid):
     conditioner = MODELS.build(dict(type='TokenConditioner'))
-    conditioner.location = 'CondSwinTransformer stage 0'
+    conditioner.where = 'CondSwinTransformer stage 0'
     before = conditioner.options
     with pytest.raises(ValueError, match=message('CondSwinTransformer stage 0', name, value, valid)):
         setattr(conditioner, name, value)
@@ -93,12 +93,12 @@ def test_alpha_as_a_tensor_must_be_a_0_dim_floating_cpu_tensor():
 
 
 
-@pytest.mark.parametrize('method', ['batched', 'gram'])
-def test_a_tensor_alpha_written_after_the_options_were_made_is_checked_at_the_call(method):
+@pytest.mark.parametrize('solver', ['auto', 'reference_gram'])
+def test_a_tensor_alpha_written_after_the_options_were_made_is_checked_at_the_call(solver):
     # a schedule updates the tensor in place; the batched path flags it in its status without reading it (at once
     # on the CPU), the reference reads it; NaN is named as alpha, not as an overflow of X + C
     strength = torch.tensor(0.5, dtype=torch.float64)
-    options = ConditioningOptions(alpha=strength, method=method, where='stage 0')
+    options = ConditioningOptions(alpha=strength, solver=solver, where='stage 0')
     x = torch.nn.functional.layer_norm(torch.randn(2, 40, 8), (8, ))
     for bad in (-3.0, 1e30, float('nan')):
         strength.fill_(bad)
@@ -108,23 +108,22 @@ def test_a_tensor_alpha_written_after_the_options_were_made_is_checked_at_the_ca
         with pytest.raises(ValueError, match=message('stage 0', 'alpha', strength, valid)):
             condition_valid_regions(x.view(2, 5, 8, 8), [(5, 8), (2, 3)], options=options)
     strength.fill_(0.25)
-    assert torch.equal(condition_tokens(x, options=options), condition_tokens(x, alpha=0.25, method=method))
+    assert torch.equal(condition_tokens(x, options=options), condition_tokens(x, alpha=0.25, solver=solver))
 
 
 @pytest.mark.parametrize('options, name, valid', [
-    (dict(method='gram', solver='eigh'), 'solver',
-     "'auto' with method='gram': the reference computes its own eigendecomposition (solver chooses the batched "
-     "path's)"),
     (dict(detach=False, solver='newton_schulz'), 'solver',
-     "'auto' with detach=False (the gradient through the SVD runs on the float64 reference, method='gram'): the "
-     "reference computes its own eigendecomposition (solver chooses the batched path's)"),
-    (dict(method='svd', check=False), 'check',
-     "True or 'auto' with method='svd': the reference reads every value on the host and cannot run on non-finite "
-     'tokens, so it always raises at once'),
+     "'auto', 'reference_gram' or 'reference_svd' with detach=False: the gradient through the SVD runs on the "
+     "float64 reference ('auto': 'reference_gram')"),
+    (dict(detach=False, solver='eigh'), 'solver',
+     "'auto', 'reference_gram' or 'reference_svd' with detach=False: the gradient through the SVD runs on the "
+     "float64 reference ('auto': 'reference_gram')"),
+    (dict(solver='reference_svd', check=False), 'check',
+     "True or 'auto' with solver='reference_svd': the reference reads every value on the host and cannot run on "
+     'non-finite tokens, so it always raises at once'),
     (dict(detach=False, check=False), 'check',
-     "True or 'auto' with detach=False (the gradient through the SVD runs on the float64 reference, "
-     "method='gram'): the reference reads every value on the host and cannot run on non-finite tokens, so it "
-     'always raises at once'),
+     "True or 'auto' with detach=False (the gradient through the SVD runs on the float64 reference): the reference "
+     'reads every value on the host and cannot run on non-finite tokens, so it always raises at once'),
 ])
 def test_options_the_reference_path_would_ignore_are_refused(options, name, valid):
     with pytest.raises(ValueError, match=message('condition_tokens', name, options[name], valid)):
@@ -139,14 +138,14 @@ def test_options_the_reference_path_would_ignore_are_refused(options, name, vali
 @pytest.mark.parametrize('name, value, error', [
     ('scope', 'nonsense', "scope='nonsense' is invalid; use one of 'image', 'window'"),
     ('position', 'output', "position='output' is invalid; use one of 'embedding', 'attention_input'"),
-    ('control', 'both', "control='both' is invalid; use None (the method) or one of"),
     ('window_size', 4, "window_size=4 and shift_size=0 are invalid with scope='image'"),
-    ('mode', 'graying_dct', "scope='window' is invalid with mode='graying_dct'"),
+    ('shift_size', 4, 'shift_size=4 is invalid; use an integer in [0, window_size=4)'),
+    ('mode', 'graying_dct', "mode='graying_dct' is invalid per attention window"),
 ])
-def test_the_conditioners_own_arguments_are_checked_when_set_after_the_build(name, value, error):
-    scope = dict(scope='window', window_size=4) if name == 'mode' else {}
+def test_the_placement_is_checked_when_one_of_its_arguments_is_set_after_the_build(name, value, error):
+    scope = dict(scope='window', window_size=4) if name in ('mode', 'shift_size') else {}
     conditioner = MODELS.build(dict(type='TokenConditioner', **scope))
-    before = {key: getattr(conditioner, key) for key in ('scope', 'window_size', 'position', 'control', 'mode')}
+    before = {key: getattr(conditioner, key) for key in ('scope', 'window_size', 'shift_size', 'position', 'mode')}
     with pytest.raises(ValueError, match='^TokenConditioner: ' + re.escape(error)):
         setattr(conditioner, name, value)
     assert {key: getattr(conditioner, key) for key in before} == before
@@ -159,7 +158,7 @@ def test_valid_shapes_none_is_refused_by_name():
 
 
 def test_unknown_options_are_refused_naming_the_options():
-    names = 'mode, alpha, target_kappa, detach, method, centred, epsilon, solver, check, where'
+    names = 'mode, alpha, target_kappa, detach, solver, centred, epsilon, check, control, where'
     with pytest.raises(TypeError, match=rf"^condition_tokens: unknown conditioning option\(s\) \['modee'\]; the "
                                         rf'options are {names}$'):
         condition_tokens(torch.randn(4, 2), modee='floor')

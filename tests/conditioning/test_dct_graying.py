@@ -64,7 +64,7 @@ def test_equals_the_svd_form_where_the_left_singular_vectors_are_dct_vectors():
     tokens = (basis[frequencies].reshape(len(frequencies), -1).T * np.array([5.0, 2.0, 1.0, 0.01])) @ v.T
     grid = torch.from_numpy(tokens.reshape(1, h, w, d))
     dct_form = condition_tokens(grid, mode='graying_dct', epsilon=0.3)
-    svd_form = condition_tokens(grid.reshape(1, h * w, d), mode='graying', epsilon=0.3, method='svd')
+    svd_form = condition_tokens(grid.reshape(1, h * w, d), mode='graying', epsilon=0.3, solver='reference_svd')
     torch.testing.assert_close(dct_form.reshape(1, h * w, d), svd_form, rtol=0, atol=1e-12)
 
 
@@ -160,19 +160,20 @@ def test_refused_where_there_is_no_grid_or_no_reference_path():
     with pytest.raises(ValueError, match=r"mode='graying_dct' needs the token grid .*: pass token grids "
                                          r"\(B, H, W, d\), not \(2, 12, 4\)"):
         condition_tokens(tokens, mode='graying_dct')
-    with pytest.raises(ValueError, match=r"window_size=2 is invalid with mode='graying_dct'"):
+    with pytest.raises(ValueError, match=r"mode='graying_dct' is invalid per attention window"):
         condition_token_windows(tokens, (3, 4), 2, mode='graying_dct')
-    with pytest.raises(ValueError, match=r"window_size=2 is invalid with mode='graying_dct'"):
+    with pytest.raises(ValueError, match=r"mode='graying_dct' is invalid per attention window"):
         condition_valid_regions(tokens.view(2, 3, 4, 4), [(3, 4), (2, 2)], window_size=2, mode='graying_dct')
-    with pytest.raises(ValueError, match=r"^condition_tokens: method='svd' is invalid; use 'batched' with "
+    with pytest.raises(ValueError, match=r"^condition_tokens: solver='reference_svd' is invalid; use 'auto' with "
                                          r"mode='graying_dct'"):
-        ConditioningOptions(mode='graying_dct', method='svd')
+        ConditioningOptions(mode='graying_dct', solver='reference_svd')
     with pytest.raises(ValueError, match=r"^condition_tokens: detach=False is invalid; use True with "
                                          r"mode='graying_dct'"):
         ConditioningOptions(mode='graying_dct', detach=False)
-    with pytest.raises(ValueError, match=r"^TokenConditioner: scope='window' is invalid with mode='graying_dct'"):
+    with pytest.raises(ValueError, match=r"^TokenConditioner: mode='graying_dct' is invalid per attention window"):
         MODELS.build(dict(type='TokenConditioner', mode='graying_dct', scope='window', window_size=7))
     conditioner = MODELS.build(dict(type='TokenConditioner', mode='graying_dct'))
-    with pytest.raises(ValueError, match=r"^TokenConditioner: mode='graying_dct' needs the token grid: call "
-                                         r'conditioner\(tokens, hw_shape=\(H, W\)\)'):
+    with pytest.raises(ValueError, match=r"^TokenConditioner: mode='graying_dct' needs the token grid .*: pass token "
+                                         r'grids \(B, H, W, d\), not \(2, 12, 4\) \(to a TokenConditioner, the grid '
+                                         r'hw_shape=\(H, W\)\)'):
         conditioner(tokens)

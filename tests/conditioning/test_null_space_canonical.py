@@ -1,4 +1,5 @@
-"""The reference Gram path's (method='gram') null-space completion does not depend on the eigensolver's choice of bases.
+"""The reference Gram path's (solver='reference_gram') null-space completion does not depend on the eigensolver's
+choice of bases.
 
 torch.linalg.eigh returns an arbitrary orthonormal basis of a repeated eigenvalue's eigenspace (signs for a
 simple one, any rotation for a multiple one), and LAPACK (CPU) and cuSOLVER (CUDA) choose differently; the
@@ -61,7 +62,7 @@ def calls(monkeypatch):
 
 def unchanged_under_other_eigenbases(monkeypatch, x, **kwargs):
     """condition_tokens(x) with eigh as it is and with :func:`scrambled` eighs: they agree to round-off."""
-    kwargs.setdefault('method', 'gram')
+    kwargs.setdefault('solver', 'reference_gram')
     expected = condition_tokens(x, **kwargs)
     # the null space's basis (V side) and the completion's eigenvectors (U side) changed one at a time
     for null_sign, other_sign in ((-1, 1), (1, -1)):
@@ -146,7 +147,7 @@ def test_layernorm_null_direction_is_lifted_along_plus_ones():
     # V_0 is rotated towards the first DCT vector, the (positive) ones vector: the lift is along +1, and u_0
     # has a positive overlap with the first band of tokens
     x = torch.nn.functional.layer_norm(torch.randn(3, 49, 48, dtype=torch.float64), (48, ))
-    out = condition_tokens(x, method='gram')
+    out = condition_tokens(x, solver='reference_gram')
     lifted = out @ torch.full((48, ), 48 ** -0.5, dtype=torch.float64)  # (X + C) 1/sqrt(d) = D u_0
     s1 = torch.linalg.svdvals(x)[:, 0]
     torch.testing.assert_close(lifted.norm(dim=-1), s1, rtol=1e-9, atol=0)  # sigma_max: D = s_1 / (t - 1)

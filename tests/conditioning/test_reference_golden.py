@@ -1,11 +1,11 @@
-"""The float64 reference path (method='gram' with its canonical null-space completion, method='svd') is the
-test oracle of the batched path, so it must not move: its outputs on a fixed set of inputs were recorded
-before the conditioning was split into a package (tests/conditioning/golden/reference_golden.npz, on a CPU with AVX-512) and
-are compared to round-off (ROUND_OFF of each output's largest value: on an AVX2 CPU MKL gives other last bits,
-4e-8 relative in float32 outputs, 3e-15 in float64 ones). Tokens that are all equal are interchangeable: which
-of them carries which lifted null direction is round-off's choice (the AVX2 CPU picks others), so for them the
-Gram matrix (X + C)^T (X + C) and the singular values are compared. Regenerate only for an intended change of the
-reference:
+"""The float64 reference path (solver='reference_gram' with its canonical null-space completion,
+solver='reference_svd') is the test oracle of the batched path, so it must not move: its outputs on a fixed set of
+inputs were recorded before the conditioning was split into a package (tests/conditioning/golden/reference_golden.npz,
+on a CPU with AVX-512) and are compared to round-off (ROUND_OFF of each output's largest value: on an AVX2 CPU MKL
+gives other last bits, 4e-8 relative in float32 outputs, 3e-15 in float64 ones). Tokens that are all equal are
+interchangeable: which of them carries which lifted null direction is round-off's choice (the AVX2 CPU picks others),
+so for them the Gram matrix (X + C)^T (X + C) and the singular values are compared. Regenerate only for an intended
+change of the reference:
     PYTHONPATH=$PWD python tests/conditioning/test_reference_golden.py
 """
 import os.path as osp
@@ -48,19 +48,21 @@ def _outputs():
                 if method == 'svd' and name in ('layer_normed_grid', 'rank_deficient_grid', 'few_rows_grid',
                                                 'constant', 'wide_spectrum'):
                     continue  # the SVD's completion of null directions is LAPACK's choice, not a reference
-                out[f'{method}/{mode}/{name}'] = condition_tokens(x, mode=mode, method=method)
+                out[f'{method}/{mode}/{name}'] = condition_tokens(x, mode=mode, solver=f'reference_{method}')
         for name in ('full_rank', 'layer_normed_grid', 'rank_deficient_grid'):
             x = inputs[name]
-            out[f'{method}/alpha/{name}'] = condition_tokens(x, alpha=0.3, target_kappa=5.0, method=method)
+            out[f'{method}/alpha/{name}'] = condition_tokens(x, alpha=0.3, target_kappa=5.0,
+                                                               solver=f'reference_{method}')
     grid = inputs['layer_normed_grid']
-    out['gram/centred'] = condition_tokens(grid, centred=True, method='gram')
-    out['gram/valid_regions'] = condition_valid_regions(grid, [(7, 9), (12, 4)], method='gram')
+    out['gram/centred'] = condition_tokens(grid, centred=True, solver='reference_gram')
+    out['gram/valid_regions'] = condition_valid_regions(grid, [(7, 9), (12, 4)], solver='reference_gram')
     out['gram/valid_regions_window'] = condition_valid_regions(grid, [(7, 9), (12, 4)], window_size=4,
-                                                               shift_size=2, method='gram')
-    out['gram/windows'] = condition_token_windows(grid.reshape(2, 120, 16), (12, 10), 4, 1, method='gram')
+                                                               shift_size=2, solver='reference_gram')
+    out['gram/windows'] = condition_token_windows(grid.reshape(2, 120, 16), (12, 10), 4, 1,
+                                                  solver='reference_gram')
     x = inputs['full_rank'].double().requires_grad_(True)
     weight = torch.linspace(-1, 1, x.numel(), dtype=torch.float64).view_as(x)
-    (condition_tokens(x, detach=False, method='gram') * weight).sum().backward()
+    (condition_tokens(x, detach=False, solver='reference_gram') * weight).sum().backward()
     out['gram/gradient'] = x.grad
     return {key: value.detach().numpy() for key, value in out.items()}
 

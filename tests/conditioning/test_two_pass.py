@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from condtok_mm.conditioning import condition_number, condition_token_windows, condition_valid_regions
+from condtok_mm.conditioning import (ConditioningOptions, condition_number, condition_token_windows,
+                                     condition_valid_regions)
 from condtok_mm.conditioning import grids, two_pass
 from condtok_mm.conditioning.batched import condition_masked, finish
 from condtok_mm.conditioning.diagnostics import BAD_INPUT, FINE
@@ -35,8 +36,9 @@ def test_equals_the_one_program_path_over_many_chunks(seven_row_chunks, mode, so
     valid = torch.tensor([200, 131, 5, 0])  # all, most, fewer than d, none
     mask = torch.arange(200) < valid[:, None]
     mask[1, 40:60] = False  # a gap inside the valid tokens
-    out, status = two_pass.condition_two_pass(x, mask, mode, alpha, 2.0, solver)
-    conditioned, expected_status = condition_masked(x, mask, mode, alpha, 2.0, 0.95, solver)
+    options = ConditioningOptions(mode=mode, alpha=alpha, solver=solver)
+    out, status = two_pass.condition_two_pass(x, mask, options)
+    conditioned, expected_status = condition_masked(x, mask, options)
     torch.testing.assert_close(out, finish(x, conditioned, mask), rtol=2e-6, atol=1e-6)
     assert torch.equal(out[~mask], x[~mask])
     assert torch.equal(status, expected_status) and status.tolist() == [FINE] * 4
@@ -68,16 +70,16 @@ def test_chunks_longer_than_a_scan_block_are_scanned_in_blocks_with_the_same_res
     x = layer_normed(2, 200, 16)
     mask = torch.arange(200) < torch.tensor([[200], [131]])
     with _ScanLengths() as scans:
-        out, _ = two_pass.condition_two_pass(x, mask, 'sigma_max', 1.0, 2.0, 'newton_schulz')
+        out, _ = two_pass.condition_two_pass(x, mask, ConditioningOptions(solver='newton_schulz'))
     assert scans.lengths and max(scans.lengths) <= 64, scans.lengths
-    conditioned, _ = condition_masked(x, mask, 'sigma_max', 1.0, 2.0, 0.95, 'newton_schulz')
+    conditioned, _ = condition_masked(x, mask, ConditioningOptions(solver='newton_schulz'))
     torch.testing.assert_close(out, finish(x, conditioned, mask), rtol=2e-6, atol=1e-6)
 
 
 def test_alpha_zero_gives_the_tokens_exactly(seven_row_chunks):
     x = layer_normed(2, 200, 16)
     mask = torch.arange(200) < torch.tensor([[200], [77]])
-    out, _ = two_pass.condition_two_pass(x, mask, 'sigma_max', 0.0, 2.0, 'eigh')
+    out, _ = two_pass.condition_two_pass(x, mask, ConditioningOptions(alpha=0.0, solver='eigh'))
     assert torch.equal(out, x)
 
 
@@ -104,7 +106,7 @@ def test_non_finite_tokens_raise_and_padding_holds_anything(seven_row_chunks):
     broken = grid.clone()
     broken[1, 2, 3, 4] = float('inf')
     _, status = two_pass.condition_two_pass(broken.view(2, -1, 16), torch.ones(2, 240, dtype=torch.bool),
-                                            'sigma_max', 1.0, 2.0, 'eigh')
+                                            ConditioningOptions(solver='eigh'))
     assert status.tolist() == [FINE, BAD_INPUT]
     with pytest.raises(ValueError, match='non-finite'):
         condition_valid_regions(broken, sizes)

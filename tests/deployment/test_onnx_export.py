@@ -143,15 +143,15 @@ def test_use_exportable_solver_switches_eigh_and_refuses_modes_without_a_matrix_
     floor = MODELS.build(dict(type='CondViT', embed_dim=32, depth=1, num_heads=2, img_size=32, patch_size=16,
                               window_size=0, window_block_indexes=(),
                               conditioning=dict(type='TokenConditioner', mode='floor')))
-    with pytest.raises(ValueError, match=r"^CondViT patch embedding \(mode='floor', method='batched'\) cannot be "
-                       r"exported to ONNX: only mode='sigma_max' with method='batched'"):
+    with pytest.raises(ValueError, match=r"^CondViT patch embedding \(mode='floor', solver='auto'\) cannot be "
+                       r"exported to ONNX: only mode='sigma_max' on the batched path"):
         use_exportable_solver(floor)
 
 
 def test_exporting_an_eigh_conditioner_stops_at_it_naming_the_solver_to_set(tmp_path):
     conditioner = MODELS.build(dict(type='TokenConditioner', solver='eigh'))
-    conditioner.location = 'CondSwinTransformer stage 0'
-    with pytest.raises(Exception, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', method='batched', "
+    conditioner.where = 'CondSwinTransformer stage 0'
+    with pytest.raises(Exception, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', "
                        r"solver='eigh'\) cannot be exported to ONNX as it is: .*set solver='newton_schulz'"):
         export_onnx(_Conditioner(conditioner, (4, 4)), (torch.randn(1, 16, 8), ), str(tmp_path / 'eigh.onnx'),
                     ['tokens'], ['conditioned'])

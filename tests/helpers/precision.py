@@ -16,17 +16,18 @@ def rounding_budget(value, dtype):
     return unit_roundoff * (torch.linalg.matrix_norm(value) + info.tiny * entries**0.5)
 
 
-def low_precision_check(x, y, mode, method='gram'):
+def low_precision_check(x, y, mode, solver='reference_gram'):
     """What the rounding to x.dtype allows for the output ``y`` of condition_tokens(x) in that dtype.
 
     The correction C is computed in float64 from X (exact in float64), cast to the dtype and added in the dtype:
     y = fl(X + fl(C)), two roundings, so y is within E = budget(C) + budget(X + fl(C)) of the exact X + C in
     spectral norm, and Weyl's inequality bounds kappa(y) <= (s_max + E) / (s_min - E) with s_max, s_min of the
-    exact X + C. Returns (||y - (X + C)||_2, E, kappa(y), that bound), one value per matrix. ``method='batched'``
-    takes X + C from the batched path (Newton-Schulz, the CUDA default, run in float64 on the CPU) instead.
+    exact X + C. Returns (||y - (X + C)||_2, E, kappa(y), that bound), one value per matrix. ``solver`` takes X + C
+    from the float64 reference ('reference_gram') or from the batched path with Newton-Schulz ('newton_schulz', the
+    CUDA default, run in float64 on the CPU).
     """
     x64 = x.double()
-    correction = token_correction(x64, mode=mode) if method == 'gram' else \
+    correction = token_correction(x64, mode=mode) if solver == 'reference_gram' else \
         condition_tokens(x64, mode=mode, solver='newton_schulz') - x64
     exact = x64 + correction
     budget = (rounding_budget(correction, x.dtype)

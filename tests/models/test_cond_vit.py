@@ -181,7 +181,7 @@ def test_conditions_the_patch_embedding_before_the_position_embedding(mode):
 
 def test_conditions_after_the_position_embedding():
     model = build(condition_after_pos_embed=True).eval()
-    assert model.conditioner.location == 'CondViT position embedding'
+    assert model.conditioner.where == 'CondViT position embedding'
     seen = {}
     capture(model.blocks[0], seen, 'block0', pre=True)
     with torch.no_grad():

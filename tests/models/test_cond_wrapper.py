@@ -230,9 +230,9 @@ def test_window_scope_without_a_token_grid_is_explained():
     window = dict(type='TokenConditioner', scope='window', window_size=4)
     vit = build(dict(type='mmpretrain.VisionTransformer', arch='deit-tiny', img_size=64, patch_size=16),
                 targets=('drop_after_pos', ), conditioning=window)
-    with pytest.raises(ValueError, match=r"scope='window' needs the token grid, and this output is \(B, N, C\) "
-                                         r'tokens \(1, 17, 192\)'):
+    with pytest.raises(ValueError, match=r"scope='window' needs the token grid, and \(B, N, C\) tokens "
+                                         r'\(1, 17, 192\) come without an \(H, W\)'):
         vit(torch.randn(1, 3, 64, 64))
     fpn = dict(type='mmdet.FPN', in_channels=[8], out_channels=8, num_outs=1)
-    with pytest.raises(ValueError, match=r"CondTokNeck: scope='window' needs the token grid"):
+    with pytest.raises(ValueError, match=r"CondTokNeck\(FPN\): scope='window' needs the token grid"):
         MODELS.build(dict(type='CondTokNeck', neck=fpn, token_layout='BNC', conditioning=window))

@@ -12,7 +12,7 @@ from mmdet.registry import MODELS as MMDET_MODELS
 def test_builds_by_bare_name_from_mmdet_registry_with_defaults():
     conditioner = MMDET_MODELS.build(dict(type='TokenConditioner'))
     assert (conditioner.mode, conditioner.alpha, conditioner.target_kappa, conditioner.detach,
-            conditioner.method) == ('sigma_max', 1.0, 2.0, True, 'batched')
+            conditioner.solver) == ('sigma_max', 1.0, 2.0, True, 'auto')
     assert list(conditioner.parameters()) == [] and list(conditioner.buffers()) == []
     assert conditioner.state_dict() == {}
 
@@ -123,7 +123,7 @@ def test_invalid_module_options_fail_at_build_time(cfg, message):
 
 def test_window_scope_needs_a_matching_token_grid_at_forward_time():
     conditioner = MODELS.build(dict(type='TokenConditioner', scope='window', window_size=4))
-    conditioner.location = 'CondViT patch embedding'
+    conditioner.where = 'CondViT patch embedding'
     tokens = torch.randn(1, 12, 8)
     with pytest.raises(ValueError, match=r"CondViT patch embedding: scope='window' needs the token grid"):
         conditioner(tokens)
@@ -144,7 +144,7 @@ def test_the_torchscript_onnx_exporter_stops_at_the_conditioner_naming_the_expor
                                  num_heads=(1, 2, 4, 8), window_size=4,
                                  conditioning=dict(type='TokenConditioner', solver='newton_schulz')))
     backbone.eval()  # mmdet's SwinTransformer.train() returns None: no chaining
-    with pytest.raises(RuntimeError, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', method='batched', "
+    with pytest.raises(RuntimeError, match=r"CondSwinTransformer stage 0 \(mode='sigma_max', "
                        r"solver='newton_schulz'\): torch.onnx.export\(..., dynamo=False\), the TorchScript-based "
                        r'exporter, drops .*export with tools/deployment/export_onnx.py'):
         torch.onnx.export(backbone, (torch.randn(1, 3, 64, 64), ), io.BytesIO(), dynamo=False)

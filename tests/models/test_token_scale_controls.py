@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import condtok_mm  # noqa: F401
-from condtok_mm.conditioning import condition_number, match_token_scale
+from condtok_mm.conditioning import condition_number, condition_token_windows, condition_tokens
 from condtok_mm.registry import MODELS
 
 
@@ -29,9 +29,9 @@ def tokens(batch, num_tokens, channels, seed=0):
 
 
 @pytest.mark.parametrize('control', ['scale_matched', 'norm_matched'])
-@pytest.mark.parametrize('method', ['gram', 'svd'])
-def test_each_image_matches_numpy(control, method):
-    conditioner = MODELS.build(dict(type='TokenConditioner', method=method, control=control))
+@pytest.mark.parametrize('solver', ['reference_gram', 'reference_svd'])
+def test_each_image_matches_numpy(control, solver):
+    conditioner = MODELS.build(dict(type='TokenConditioner', solver=solver, control=control))
     x = tokens(3, 64, 8)
     out = conditioner(x)
     for image in range(3):
@@ -47,8 +47,8 @@ def test_each_image_matches_numpy(control, method):
 
 @pytest.mark.parametrize('control', ['scale_matched', 'norm_matched'])
 def test_padded_batch_uses_each_images_valid_tokens_and_leaves_the_padding(control):
-    # the reference conditioning, so that the numpy formula is exact; the control itself is method-independent
-    conditioner = MODELS.build(dict(type='TokenConditioner', control=control, method='gram'))
+    # the reference conditioning, so that the numpy formula is exact; the control itself is solver-independent
+    conditioner = MODELS.build(dict(type='TokenConditioner', control=control, solver='reference_gram'))
     height, width, channels = 6, 8, 4
     x = tokens(2, height * width, channels, seed=1)
     valid_shapes = [(6, 8), (4, 5)]
@@ -64,7 +64,7 @@ def test_padded_batch_uses_each_images_valid_tokens_and_leaves_the_padding(contr
 
 @pytest.mark.parametrize('control', ['scale_matched', 'norm_matched'])
 def test_the_ratio_is_a_constant_in_backward(control):
-    conditioner = MODELS.build(dict(type='TokenConditioner', control=control, method='gram'))  # C constant
+    conditioner = MODELS.build(dict(type='TokenConditioner', control=control, solver='reference_gram'))  # C constant
     x = tokens(2, 32, 4, seed=2).requires_grad_()
     weights = torch.randn(x.shape, dtype=torch.float64)
     (conditioner(x) * weights).sum().backward()
@@ -84,9 +84,23 @@ def test_unknown_control_fails_at_build_time_naming_the_choices():
     with pytest.raises(ValueError, match="^TokenConditioner: control='scale' is invalid; use None \\(the method\\) "
                                          "or one of 'scale_matched', 'norm_matched'$"):
         MODELS.build(dict(type='TokenConditioner', control='scale'))
-    with pytest.raises(ValueError, match="^match_token_scale: control='both' is invalid; use one of 'scale_matched', "
-                                         "'norm_matched'$"):
-        match_token_scale(torch.ones(1, 2, 2), torch.ones(1, 2, 2), 'both')
+
+
+@pytest.mark.parametrize('control', ['scale_matched', 'norm_matched'])
+def test_the_functional_api_applies_the_control_as_the_conditioner_does(control):
+    x = tokens(2, 6 * 8, 4, seed=3)
+    conditioner = MODELS.build(dict(type='TokenConditioner', control=control, solver='reference_gram'))
+    got = condition_tokens(x, control=control, solver='reference_gram')
+    assert torch.equal(got, conditioner(x))
+    for image in range(2):
+        expected, _ = numpy_control(x[image].numpy(), control)
+        np.testing.assert_allclose(got[image].numpy(), expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+    # per window the ratio is still one per image: that of the windows' X + C over the whole image
+    windows = condition_token_windows(x, (6, 8), 4, solver='reference_gram')
+    ratio = (windows.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1))[:, None, None]
+    want = x * ratio if control == 'scale_matched' else windows / ratio
+    torch.testing.assert_close(condition_token_windows(x, (6, 8), 4, control=control, solver='reference_gram'), want,
+                               rtol=1e-12, atol=0)
 
 
 def test_control_reaches_the_demo_backbone_from_a_config_option():

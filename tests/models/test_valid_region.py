@@ -253,5 +253,6 @@ def test_bare_tokens_of_a_padded_batch_are_refused_by_the_wrapper():
         targets=('patch_embed.norm', )))  # a LayerNorm: (B, N, C) tokens, no grid beside them
     batch = torch.randn(2, 3, 32, 32)
     record_valid_region(batch, [(32, 32), (16, 32)])
-    with pytest.raises(ValueError, match='this batch is padded'):
+    with pytest.raises(ValueError, match=r'a padded batch \(to tell its padding from its tokens\) needs the token '
+                                         'grid'):
         wrapper(batch)

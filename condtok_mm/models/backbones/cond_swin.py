@@ -8,7 +8,7 @@ from mmdet.models.backbones import SwinTransformer
 
 from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_indices
 from condtok_mm.models.layout import first_attention_blocks
-from condtok_mm.models.token_conditioner import build_token_conditioner
+from condtok_mm.models.placement import CONDITIONING_POSITIONS, build_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.models.weights_only_init import WeightsOnlyInit
 from condtok_mm.registry import MODELS
@@ -32,11 +32,11 @@ class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
             ``dict(type='TokenConditioner', mode='sigma_max')``. ``None`` disables the conditioning, and
             the backbone then computes exactly what SwinTransformer computes. With
             ``scope='window'`` each window of the stage's first (unshifted) attention block is
-            conditioned on its own; window_size and shift_size default to that block's. With
-            ``position='attention_input'`` the conditioner acts on the norm1 output of the stage's first
-            block instead of on the stage input; only with ``scope='window'`` too is the bound met by exactly
-            what its windowed attention multiplies (with ``scope='image'`` the windows keep their own, larger
-            kappa). A dict or None.
+            conditioned on its own; window_size and shift_size default to that block's (other values are
+            refused). With ``position='attention_input'`` the conditioner acts on the norm1 output of the stage's
+            first block instead of on the stage input; only with ``scope='window'`` too is the bound met by
+            exactly what its windowed attention multiplies (with ``scope='image'`` the windows keep their own,
+            larger kappa). A dict or None.
             Default: ``dict(type='TokenConditioner')``.
         condition_stages (Sequence[int]): where to condition. 0 is the patch-embedding output, before any
             absolute position embedding (the paper: before the first transformer block); i in 1..3 is the
@@ -66,9 +66,8 @@ class CondSwinTransformer(WeightsOnlyInit, SwinTransformer):
         first_blocks = first_attention_blocks(self)
         for stage in self.condition_stages:
             first_block, window_size, shift_size = first_blocks[stage]  # its attention is unshifted
-            conditioner = build_token_conditioner(
-                conditioning, f'{type(self).__name__} stage {stage}',
-                attention_window=(window_size, shift_size))
+            conditioner = build_conditioner(conditioning, f'{where} stage {stage}', CONDITIONING_POSITIONS,
+                                            attention_window=(window_size, shift_size))
             self.conditioners[str(stage)] = conditioner
             if conditioner.position == 'attention_input':
                 first_block.norm1.register_forward_hook(partial(self._condition_attention_input, stage))

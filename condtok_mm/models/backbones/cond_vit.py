@@ -6,7 +6,7 @@ import torch
 from condtok_mm.models.arguments import check_conditioning
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.models.layout import first_attention_blocks
-from condtok_mm.models.token_conditioner import build_token_conditioner
+from condtok_mm.models.placement import CONDITIONING_POSITIONS, build_conditioner
 from condtok_mm.models.valid_region import batch_valid_region, valid_token_shapes
 from condtok_mm.registry import MODELS
 
@@ -31,7 +31,8 @@ class CondViT(ViTDetViT):
             window_size defaults to the block's. With ``position='attention_input'`` the conditioner acts
             on the first block's norm1 output instead of on the embedded tokens; only with ``scope='window'``
             too is the bound met by exactly what a window block's attention multiplies (with ``scope='image'``
-            the whole image's norm1 output is conditioned and its windows keep their own, larger kappa). A dict or None. Default: ``dict(type='TokenConditioner')``.
+            the whole image's norm1 output is conditioned and its windows keep their own, larger kappa). A dict
+            or None. Default: ``dict(type='TokenConditioner')``.
         condition_after_pos_embed (bool): False conditions the patch-embedding output, before the
             absolute position embedding is added (the paper: the embedded tokens); True conditions the
             tokens the first block receives, position embedding included. Default: False.
@@ -55,14 +56,14 @@ class CondViT(ViTDetViT):
                              'position embedding to condition after')
         self.condition_after_pos_embed = condition_after_pos_embed
         first_block, first_window, _ = first_attention_blocks(self)[0]  # ViTDet's windows are never shifted
-        position = (conditioning or {}).get('position', 'embedding')
-        where = {'attention_input': 'block 0 attention input'}.get(
-            position, 'position embedding' if condition_after_pos_embed else 'patch embedding')
-        # Parameter-free: the state dict stays that of ViTDetViT.
-        self.conditioner = None if conditioning is None else build_token_conditioner(
-            conditioning, f'{type(self).__name__} {where}',
-            attention_window=(first_window, 0) if first_window > 0 else None)
-        self.conditions_attention_input = getattr(self.conditioner, 'position', None) == 'attention_input'
+        names = dict(embedding='position embedding' if condition_after_pos_embed else 'patch embedding',
+                     attention_input='block 0 attention input')
+        # Parameter-free: the state dict stays that of ViTDetViT. Window 0 is global attention.
+        self.conditioner = None if conditioning is None else build_conditioner(
+            conditioning, f'CondViT {names["embedding"]}', CONDITIONING_POSITIONS, attention_window=(first_window, 0),
+            name=lambda position: f'CondViT {names[position]}')
+        self.conditions_attention_input = self.conditioner is not None and \
+            self.conditioner.position == 'attention_input'
         if self.conditions_attention_input:
             if condition_after_pos_embed:
                 raise ValueError("CondViT: condition_after_pos_embed=True conditions the embedded tokens, "

@@ -6,8 +6,9 @@ import torch.nn as nn
 
 from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_names
 from condtok_mm.models.layout import output_layout, output_token_grid
+from condtok_mm.models.placement import build_conditioner, check_token_layout
 from condtok_mm.models.valid_region import BatchValidRegion, batch_valid_region
-from condtok_mm.models.wrappers import TOKEN_LAYOUTS, TransparentWrapper, condition_layout
+from condtok_mm.models.wrappers import TransparentWrapper, condition_layout
 from condtok_mm.registry import MODELS
 
 
@@ -24,7 +25,7 @@ class OutputConditioner(nn.Module):
 
     def hook(self, module, args, output):
         tokens = output[0] if isinstance(output, tuple) else output  # e.g. (tokens, hw_shape)
-        layout = output_layout(module, tokens, self.conditioner.location) if self.layout == 'auto' else self.layout
+        layout = output_layout(module, tokens, self.conditioner.where) if self.layout == 'auto' else self.layout
         if isinstance(output, tuple):
             return (condition_layout(self.conditioner, tokens, layout, output_token_grid(output), self.region),
                     ) + output[1:]
@@ -51,8 +52,9 @@ class CondTokBackbone(TransparentWrapper):
         conditioning (dict, optional): conditioner config; None disables the conditioning (then the
             outputs are exactly the wrapped backbone's). ``scope='window'`` (with ``window_size``) needs the
             token grid: it works on feature-map outputs and on (tokens, hw_shape) outputs such as mmdet's
-            and mmpretrain's PatchEmbed, and raises on bare (B, N, C) tokens. A dict or None.
-            Default: ``dict(type='TokenConditioner')``.
+            and mmpretrain's PatchEmbed, and raises on bare (B, N, C) tokens. The targets' outputs are what is
+            conditioned: ``position='attention_input'`` is refused (name a block's first norm in ``targets`` to
+            condition what its attention multiplies). A dict or None. Default: ``dict(type='TokenConditioner')``.
         targets (Sequence[str]): distinct names of submodules of the wrapped backbone (as in
             ``named_modules()``) whose outputs are conditioned; empty only with ``conditioning=None``.
             Default: ('patch_embed',).
@@ -74,9 +76,7 @@ class CondTokBackbone(TransparentWrapper):
         conditioning = check_conditioning(conditioning, 'CondTokBackbone')
         targets = check_names(targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
         check_conditioned_somewhere(conditioning, targets, 'targets', 'CondTokBackbone', "('patch_embed', )")
-        if token_layout not in TOKEN_LAYOUTS:
-            raise ValueError(f'CondTokBackbone: token_layout={token_layout!r} is invalid; use one of '
-                             f'{", ".join(map(repr, TOKEN_LAYOUTS))}')
+        check_token_layout(token_layout, 'CondTokBackbone', auto=True)
         self.wrapped = MODELS.build(backbone)
         modules = dict(self.wrapped.named_modules())
         missing = [t for t in targets if t not in modules or t == '']
@@ -89,8 +89,11 @@ class CondTokBackbone(TransparentWrapper):
         self.targets = targets if conditioning is not None else ()
         self.conditioners = nn.ModuleDict()
         for target in self.targets:
-            conditioner = MODELS.build(conditioning)
-            conditioner.location = f'CondTokBackbone({type(self.wrapped).__name__}).{target}'
+            conditioner = build_conditioner(
+                conditioning, f'CondTokBackbone({type(self.wrapped).__name__}).{target}', ('embedding', ),
+                unsupported="CondTokBackbone conditions its targets' outputs; to condition what a block's attention "
+                "multiplies, name the block's first norm as a target, e.g. targets=('stages.0.blocks.0.norm1', )",
+                token_grid=token_layout != 'BNC')
             output_conditioner = OutputConditioner(conditioner, token_layout)
             self.conditioners[target.replace('.', '__')] = output_conditioner
             modules[target].register_forward_hook(output_conditioner.hook)

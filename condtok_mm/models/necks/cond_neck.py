@@ -2,6 +2,7 @@
 from typing import Optional, Sequence
 
 from condtok_mm.models.arguments import check_conditioned_somewhere, check_conditioning, check_indices
+from condtok_mm.models.placement import build_conditioner, check_token_layout
 from condtok_mm.models.valid_region import batch_valid_region
 from condtok_mm.models.wrappers import TransparentWrapper, condition_layout
 from condtok_mm.registry import MODELS
@@ -21,8 +22,9 @@ class CondTokNeck(TransparentWrapper):
     Args:
         neck (dict): config of the wrapped neck, e.g. ``dict(type='FPN', ...)``.
         conditioning (dict, optional): conditioner config; None disables it. With
-            ``scope='window'`` (and ``window_size``) each level's map is conditioned window by window.
-            A dict or None. Default: ``dict(type='TokenConditioner')``.
+            ``scope='window'`` (and ``window_size``) each level's map is conditioned window by window
+            (not with token_layout 'BNC', which carries no grid). The input maps are what is conditioned:
+            ``position='attention_input'`` is refused. A dict or None. Default: ``dict(type='TokenConditioner')``.
         levels (Sequence[int], optional): distinct indices of the input levels to condition (negative
             ones count from the last); None: all; empty only with ``conditioning=None``. Default: None.
         token_layout (str): layout of the input tensors, 'BCHW' (feature maps, the default), 'BHWC' or
@@ -42,18 +44,14 @@ class CondTokNeck(TransparentWrapper):
             levels = check_indices(levels, 'levels', None, 'CondTokNeck', 'level indices (negative from the last)',
                                    '(0, 2), or None for every level')
             check_conditioned_somewhere(conditioning, levels, 'levels', 'CondTokNeck', '(0, ) or levels=None')
-        if token_layout not in ('BNC', 'BHWC', 'BCHW'):
-            raise ValueError(f"CondTokNeck: token_layout={token_layout!r} is invalid; use one of 'BNC', 'BHWC', "
-                             "'BCHW'")
+        check_token_layout(token_layout, 'CondTokNeck', auto=False)
         self.wrapped = MODELS.build(neck)
         self.levels = levels
         self.token_layout = token_layout
-        self.conditioner = MODELS.build(conditioning) if conditioning is not None else None
-        if self.conditioner is not None:
-            self.conditioner.location = f'CondTokNeck({type(self.wrapped).__name__})'
-            if token_layout == 'BNC' and getattr(self.conditioner, 'scope', 'image') == 'window':
-                raise ValueError("CondTokNeck: scope='window' needs the token grid, which (B, N, C) inputs "
-                                 "do not carry; use token_layout 'BCHW' or 'BHWC', or scope='image'")
+        self.conditioner = None if conditioning is None else build_conditioner(
+            conditioning, f'CondTokNeck({type(self.wrapped).__name__})', ('embedding', ),
+            unsupported='CondTokNeck conditions the feature maps the neck receives; the backbone decides what '
+            'its attention multiplies', token_grid=token_layout != 'BNC')
 
     def forward(self, inputs):
         if self.conditioner is None:
