@@ -125,12 +125,6 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoi
                                                         indent=1))  # never a half-written record
 
 
-def recorded_wall_time(cell):
-    """The seconds a cell's record says its commands took, or None (recorded before cells kept their time, or no
-    record)."""
-    return (cell_record(cell) or {}).get('wall_s')
-
-
 def cell_record(cell):
     """The cell's suite_cell.json as a dict, or None where it has none; raises
     :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed or is not a JSON

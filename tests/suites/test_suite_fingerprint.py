@@ -9,8 +9,8 @@ import subprocess
 import torch
 
 from condtok_mm.suites import launch
-from condtok_mm.suites.fingerprint import (FINGERPRINT_FILE, differences, fingerprint, input_files,
-                                              recorded_wall_time, source_commit)
+from condtok_mm.suites.fingerprint import (FINGERPRINT_FILE, cell_record, differences, fingerprint, input_files,
+                                              source_commit)
 from condtok_mm.suites.plan import Cell
 from condtok_mm.utils.machine import cpu_kind
 from helpers.repo import REPO_ROOT
@@ -256,10 +256,10 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
 
     steps[:] = [(100.0, {'last_checkpoint': 'epoch_6.pth'}, 1)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'failed'
-    assert recorded_wall_time(cell) == 100.0
+    assert cell_record(cell)['wall_s'] == 100.0
     steps[:] = [(50.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
-    assert (cell.resume, cell.wall_s, recorded_wall_time(cell)) == (True, 160.0, 160.0)
+    assert (cell.resume, cell.wall_s, cell_record(cell)['wall_s']) == (True, 160.0, 160.0)
     record = json.loads((work_dir / FINGERPRINT_FILE).read_text())
     assert record['seed'] == 0  # the fingerprint kept beside it, and the CPU the commands ran on
     assert record['cpu'] == cpu_kind() and record['cpu'].endswith(')')
@@ -268,7 +268,7 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
         (work_dir / name).unlink()
     steps[:] = [(30.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
-    assert (cell.resume, recorded_wall_time(cell)) == (False, 40.0)
+    assert (cell.resume, cell_record(cell)['wall_s']) == (False, 40.0)
 
 
 def test_suite_md_says_what_the_cells_records_say_their_commands_took(tmp_path):
