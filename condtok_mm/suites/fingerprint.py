@@ -12,10 +12,12 @@ cell when these agree.
 The record (``suite_cell.json``) holds the fingerprint and, beside it, RECORD_KEYS, and says its format under
 FORMAT_KEY; a record without it is format 1. :func:`cell_record` reads every format into the current one:
 
-    1  the fingerprint; of RECORD_KEYS and ``inputs`` any may be absent (read as None, not known), and the digest
-       of an http(s):// input may be None
+    1  the fingerprint; of RECORD_KEYS and ``inputs`` any may be absent (read as None, not known), the digest of an
+       http(s):// input may be None, and the config may name a hook by a name RENAMED_HOOKS maps (read as the
+       name it maps to, so that the cell is the one a config naming the new type asks for)
     2  every key of FINGERPRINT_KEYS and RECORD_KEYS (None where not known: the commit outside a git checkout, the
-       CPU under a launcher whose processes may run elsewhere, the checkpoint's digest before the test)
+       CPU under a launcher whose processes may run elsewhere, the checkpoint's digest before the test), hooks by
+       their registered names
 """
 import functools
 import hashlib
@@ -25,6 +27,7 @@ import os.path as osp
 import subprocess
 
 from condtok_mm.compat.checkpoint_loading import download_url
+from condtok_mm.engine.hooks.renamed import RENAMED_HOOKS
 from condtok_mm.utils import write_whole_text
 from condtok_mm.version import __version__
 from .plan import resolved_config
@@ -137,6 +140,16 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoi
                                                         indent=1))  # never a half-written record
 
 
+def with_hook_names(value):
+    """A recorded config with every hook type that RENAMED_HOOKS maps replaced by the name it maps to."""
+    if isinstance(value, dict):
+        return {key: RENAMED_HOOKS.get(item, item) if key == 'type' and isinstance(item, str)
+                else with_hook_names(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_hook_names(item) for item in value]
+    return value
+
+
 def current_format(record, path):
     """A record of any format (the module docstring) in the current one, its FORMAT_KEY kept; raises
     :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a format this condtok_mm does not read, or a record
@@ -149,7 +162,7 @@ def current_format(record, path):
     if record_format == 1:
         current = {key: None for key in FINGERPRINT_KEYS + RECORD_KEYS}
         current.update(record)
-        current[FORMAT_KEY] = 1
+        current.update({FORMAT_KEY: 1, 'config': with_hook_names(record.get('config'))})
         return current
     missing = [key for key in FINGERPRINT_KEYS + RECORD_KEYS if key not in record]
     if missing:

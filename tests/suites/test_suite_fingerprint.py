@@ -340,16 +340,21 @@ def test_a_record_says_its_format_and_holds_every_key_of_it(tmp_path):
     assert cell_record(cell) == record
 
 
-def test_a_format_1_record_reads_the_keys_it_lacks_as_not_known(tmp_path):
+def test_a_format_1_record_reads_its_missing_keys_as_not_known_and_its_hooks_by_their_registered_names(tmp_path):
     cell = record_cell(tmp_path)
     path = tmp_path / 'v' / 'lr0.001' / 'seed0' / FINGERPRINT_FILE
     path.parent.mkdir(parents=True)
-    format_1 = dict(WRITTEN_FINGERPRINT, variant='v', config_file=BASELINE)
+    written = [dict(type='AttentionConditioningHook', interval=25), dict(type='TrainingDynamicsHook', interval=10)]
+    format_1 = dict(WRITTEN_FINGERPRINT, variant='v', config_file=BASELINE, config=dict(custom_hooks=written))
     del format_1['inputs']
     path.write_text(json.dumps(format_1))
+    hooks = [dict(type='AttentionKappaHook', interval=25), dict(type='TrainingDynamicsHook', interval=10)]
     assert cell_record(cell) == dict(format_1, record_format=1, inputs=None, commit=None, wall_s=None, cpu=None,
-                                     checkpoint_sha256=None)
-    assert recorded_fingerprint(cell) == dict(WRITTEN_FINGERPRINT, inputs=None)
+                                     checkpoint_sha256=None, config=dict(custom_hooks=hooks))
+    assert recorded_fingerprint(cell) == dict(WRITTEN_FINGERPRINT, inputs=None, config=dict(custom_hooks=hooks))
+    # format 2 keeps a hook's name as written: such a record was resolved from a config that names it so
+    write_fingerprint(cell, dict(WRITTEN_FINGERPRINT, config=dict(custom_hooks=written)))
+    assert cell_record(cell)['config'] == dict(custom_hooks=written)
 
 
 @pytest.mark.parametrize('change, message', [
