@@ -112,7 +112,7 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
 
 
 # The comparison methods, each config beside the baseline twin it differs from in the method's lines
-# only: spectral conditioning of attention (a wrapper with lambda) and Token Graying (the conditioner's mode).
+# only: the spectral shift of attention (a wrapper with lambda) and Token Graying (the conditioner's mode).
 METHOD_CONFIGS = [p for p in CONFIGS if re.search(r'-(spectral|graying)_', osp.basename(p))]
 
 
