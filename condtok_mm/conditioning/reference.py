@@ -1,4 +1,4 @@
-"""The float64 reference: today's Gram path with its canonical null-space completion (method='gram') and the thin
+"""The float64 reference: the Gram (X^T X) path with its canonical null-space completion (method='gram') and the thin
 SVD (method='svd'), one image at a time. It is the oracle the batched path is tested against, kept to round-off
 (tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the SVD)."""
 import math
