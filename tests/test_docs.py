@@ -8,8 +8,11 @@ Makefile; README.md stays a front page (at most 220 lines). work_dirs/, data/ an
 """
 import glob
 import itertools
+import os
 import os.path as osp
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -153,3 +156,19 @@ def test_the_checks_see_what_is_wrong(tmp_path):
     assert make_targets(text) == ['demo', 'nonsense']
     assert {'demo', 'test', 'test-quick', 'gpu-check'} <= makefile_targets()
     assert 'nonsense' not in makefile_targets()
+
+
+def quoted_output(page, command):
+    """The fenced block that follows the first mention of ``command`` on ``page``: what the page says it prints."""
+    text = open(osp.join(REPO_ROOT, page), encoding='utf-8').read()
+    return FENCE.search(text, text.index(command)).group(2)
+
+
+@pytest.mark.slow
+def test_the_conditioning_facts_script_prints_what_the_conditioning_page_quotes(tmp_path):
+    script = 'docs/en/user_guides/conditioning_facts.py'
+    printed = subprocess.run([sys.executable, osp.join(REPO_ROOT, script)], cwd=tmp_path, capture_output=True,
+                             text=True, env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert printed.stdout == quoted_output('docs/en/user_guides/conditioning.md', script)
+

@@ -4,7 +4,7 @@
   (what ValidRegionDetDataPreprocessor prevents);
 - method='gram' vs method='svd' on rank-deficient tokens: the same kappa, another X + C.
 
-    .venv/bin/python docs/conditioning_facts.py
+    .venv/bin/python docs/en/user_guides/conditioning_facts.py
 """
 import os.path as osp
 import sys
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 sys.path.insert(0, REPO_ROOT)
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.conditioning import condition_number, condition_tokens  # noqa: E402
