@@ -172,3 +172,13 @@ def test_the_conditioning_facts_script_prints_what_the_conditioning_page_quotes(
     assert printed.returncode == 0, printed.stderr[-2000:]
     assert printed.stdout == quoted_output('docs/en/user_guides/conditioning.md', script)
 
+
+def test_the_checkpoints_kept_under_docs_are_the_ones_a_suite_reads_and_the_records_readme_names():
+    kept = sorted(osp.relpath(path, REPO_ROOT)
+                  for path in glob.glob(osp.join(REPO_ROOT, 'docs', '**', '*.pth'), recursive=True))
+    suites = ''.join(open(path).read() for path in glob.glob(osp.join(REPO_ROOT, 'configs', 'suites', '*.py')))
+    records = osp.join('docs', 'en', 'studies', 'records')
+    readme = open(osp.join(REPO_ROOT, records, 'README.md'), encoding='utf-8').read()
+    for path in kept:
+        assert path in suites, f'{path} is read by no suite: say why it is kept, or remove it'
+        assert f'`{osp.relpath(osp.dirname(path), records)}/`' in readme, f'{records}/README.md does not name {path}'
