@@ -43,7 +43,7 @@ with_padding = condition_tokens(padded.view(1, *padded_hw, -1))[:, :, :hw_shape[
 print(f'conditioned with the padding of a 128 x 192 batch-mate vs alone, on its own tokens: '
       f'{relative(with_padding, alone):.1f} % (||.||_F, relative)')
 
-gram = alone.view(tokens.shape)
+gram = condition_tokens(tokens, method='gram')
 svd = condition_tokens(tokens, method='svd')
 print(f'kappa(X + C): gram {float(condition_number(gram)):.6f}, svd {float(condition_number(svd)):.6f}; '
       f'X + C of gram vs svd: {relative(gram, svd):.1f} % (||.||_F, relative)')
