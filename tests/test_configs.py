@@ -30,7 +30,7 @@ CONDITIONING_VARIANTS = {
     # the pretrained-backbone protocols (docs/en/user_guides/protocols.md), each against its drop-in P1
     'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-ramp_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
-         {'custom_hooks': [dict(type='AttentionConditioningHook', interval=50),
+         {'custom_hooks': [dict(type='AttentionKappaHook', interval=50),
                            dict(type='ConditioningStrengthRampHook', length=100, shape='linear')]}),
     'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-norm_fpn_12e_shapes.py':
         ('configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py',
@@ -40,7 +40,7 @@ CONDITIONING_VARIANTS = {
          {'model.backbone.init_cfg.checkpoint': 'work_dirs/swin-mini-condtok_1xb32-20e_shapes-cls/epoch_20.pth'}),
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-ramp_fpn_1x_coco.py':
         ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
-         {'custom_hooks': [dict(type='AttentionConditioningHook', interval=50),
+         {'custom_hooks': [dict(type='AttentionKappaHook', interval=50),
                            dict(type='ConditioningStrengthRampHook', length=1000, shape='linear')]}),
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-norm_fpn_1x_coco.py':
         ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
@@ -112,7 +112,7 @@ def test_conditioned_config_differs_from_its_baseline_twin_only_in_the_condition
 
 
 # The comparison methods, each config beside the baseline twin it differs from in the method's lines
-# only: spectral conditioning of attention (a wrapper with lambda) and Token Graying (the conditioner's mode).
+# only: the spectral shift of attention (a wrapper with lambda) and Token Graying (the conditioner's mode).
 METHOD_CONFIGS = [p for p in CONFIGS if re.search(r'-(spectral|graying)_', osp.basename(p))]
 
 
@@ -185,7 +185,7 @@ def test_headline_config_is_mmdets_swin_mask_rcnn_plus_norm_matched_conditioning
         'custom_imports.imports', 'custom_imports.allow_failed_imports', 'model.backbone.type',
         'model.data_preprocessor.type',
         'custom_hooks', 'vis_backends', 'visualizer.vis_backends', 'val_evaluator.type', 'test_evaluator.type'}
-    assert ours['custom_hooks'] == [dict(type='AttentionConditioningHook', interval=50)]
+    assert ours['custom_hooks'] == [dict(type='AttentionKappaHook', interval=50)]
     assert ours['model.backbone.conditioning.type'] == 'TokenConditioner'
     # the protocol the protocol study supports for unconditioned ImageNet weights (P1-norm), not the plain drop-in
     assert ours['model.backbone.conditioning.control'] == 'norm_matched'

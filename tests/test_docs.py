@@ -8,8 +8,11 @@ Makefile; README.md stays a front page (at most 220 lines). work_dirs/, data/ an
 """
 import glob
 import itertools
+import os
 import os.path as osp
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -153,3 +156,56 @@ def test_the_checks_see_what_is_wrong(tmp_path):
     assert make_targets(text) == ['demo', 'nonsense']
     assert {'demo', 'test', 'test-quick', 'gpu-check'} <= makefile_targets()
     assert 'nonsense' not in makefile_targets()
+
+
+def quoted_output(page, command):
+    """The fenced block that follows the first mention of ``command`` on ``page``: what the page says it prints."""
+    text = open(osp.join(REPO_ROOT, page), encoding='utf-8').read()
+    return FENCE.search(text, text.index(command)).group(2)
+
+
+
+
+NUMBER = re.compile(r'\d+(?:\.(\d+))?')
+
+
+def agree_to_the_printed_digits(printed, quoted):
+    """Whether two outputs are one text with the same numbers, each within one unit of the quoted number's last
+    printed digit (a rounding that falls the other way); integers exactly."""
+    if NUMBER.sub('#', printed) != NUMBER.sub('#', quoted):
+        return False
+
+    def unit(want):  # the quoted number's last printed digit, with room for the float round-off of a difference
+        return 1.001 * 10.0**-len(want.group(1)) if want.group(1) else 0
+
+    return all(abs(float(got.group(0)) - float(want.group(0))) <= unit(want)
+               for got, want in zip(NUMBER.finditer(printed), NUMBER.finditer(quoted)))
+
+
+def test_numbers_agree_to_the_printed_digits_and_the_text_exactly():
+    assert agree_to_the_printed_digits('kappa 1.999935, 16.2 % of 1024', 'kappa 1.999934, 16.3 % of 1024')
+    assert not agree_to_the_printed_digits('kappa 1.999934', 'kappa 2.000000')
+    assert not agree_to_the_printed_digits('16.1 %', '16.3 %')
+    assert not agree_to_the_printed_digits('of 1025', 'of 1024')
+    assert not agree_to_the_printed_digits('gram 2.0', 'svd 2.0')
+
+
+@pytest.mark.slow
+def test_the_conditioning_facts_script_prints_what_the_conditioning_page_quotes(tmp_path):
+    script = 'docs/en/user_guides/conditioning_facts.py'
+    printed = subprocess.run([sys.executable, osp.join(REPO_ROOT, script)], cwd=tmp_path, capture_output=True,
+                             text=True, env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    quoted = quoted_output('docs/en/user_guides/conditioning.md', script)
+    assert agree_to_the_printed_digits(printed.stdout, quoted), (printed.stdout, quoted)
+
+
+def test_the_checkpoints_kept_under_docs_are_the_ones_a_suite_reads_and_the_records_readme_names():
+    kept = sorted(osp.relpath(path, REPO_ROOT)
+                  for path in glob.glob(osp.join(REPO_ROOT, 'docs', '**', '*.pth'), recursive=True))
+    suites = ''.join(open(path).read() for path in glob.glob(osp.join(REPO_ROOT, 'configs', 'suites', '*.py')))
+    records = osp.join('docs', 'en', 'studies', 'records')
+    readme = open(osp.join(REPO_ROOT, records, 'README.md'), encoding='utf-8').read()
+    for path in kept:
+        assert path in suites, f'{path} is read by no suite: say why it is kept, or remove it'
+        assert f'`{osp.relpath(osp.dirname(path), records)}/`' in readme, f'{records}/README.md does not name {path}'

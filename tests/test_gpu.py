@@ -13,7 +13,7 @@ from mmdet.testing import demo_mm_inputs
 
 import condtok_mm  # noqa: F401
 from condtok_mm.conditioning import condition_number
-from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe, records
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe, records
 from condtok_mm.registry import MODELS
 from helpers.processes import free_port
 from helpers.repo import REPO_ROOT
@@ -95,7 +95,7 @@ def nccl_group():
 def test_hook_reduces_its_values_with_nccl(nccl_group, monkeypatch):
     backbone = MODELS.build(dict(type='CondSwinTransformer', embed_dims=32, depths=(1, 1, 2, 1),
                                  num_heads=(1, 2, 4, 8), window_size=4)).cuda()
-    probe = ConditioningProbe(backbone)
+    probe = KappaProbe(backbone)
     x = torch.randn(2, 3, 64, 64, device='cuda')
     probe.active = True
     backbone(x)

@@ -1,4 +1,4 @@
-"""The float64 reference: the Gram path with its canonical null-space completion (solver='reference_gram') and the
+"""The float64 reference: the Gram (X^T X) path with its canonical null-space completion (solver='reference_gram') and the
 thin SVD (solver='reference_svd'), one image at a time. It is the oracle the batched path is tested against, kept to
 round-off (tests/conditioning/test_reference_golden.py), and the path of ``detach=False`` (the gradient through the
 SVD). Every function takes the options as one :class:`.options.ConditioningOptions` with alpha a float

@@ -1,4 +1,4 @@
-from .hooks import AttentionConditioningHook
+from .hooks import AttentionKappaHook
 from .optimizers import ViTDetLayerDecayOptimizerConstructor
 
-__all__ = ['AttentionConditioningHook', 'ViTDetLayerDecayOptimizerConstructor']
+__all__ = ['AttentionKappaHook', 'ViTDetLayerDecayOptimizerConstructor']

@@ -8,6 +8,16 @@ SHA-256 of the files the config reads that can change under the same path: the c
 cell) and the annotation files (``ann_file``, under its dataset's ``data_root``; images are not hashed). The work
 dir is not part of it: a cell linked in from another suite's out dir (configs/suites/demo_dose_*.py) is the same
 cell when these agree.
+
+The record (``suite_cell.json``) holds the fingerprint and, beside it, RECORD_KEYS, and says its format under
+FORMAT_KEY; a record without it is format 1. :func:`cell_record` reads every format into the current one:
+
+    1  the fingerprint; of RECORD_KEYS and ``inputs`` any may be absent (read as None, not known), the digest of an
+       http(s):// input may be None, and the config may name a hook by a name RENAMED_HOOKS maps (read as the
+       name it maps to, so that the cell is the one a config naming the new type asks for)
+    2  every key of FINGERPRINT_KEYS and RECORD_KEYS (None where not known: the commit outside a git checkout, the
+       CPU under a launcher whose processes may run elsewhere, the checkpoint's digest before the test), hooks by
+       their registered names
 """
 import functools
 import hashlib
@@ -17,13 +27,17 @@ import os.path as osp
 import subprocess
 
 from condtok_mm.compat.checkpoint_loading import download_url
+from condtok_mm.engine.hooks.renamed import RENAMED_HOOKS
 from condtok_mm.utils import write_whole_text
 from condtok_mm.version import __version__
 from .plan import resolved_config
-from .results import UnreadableCellFile, read_json
+from .results import UnreadableCellFile, is_integer, read_json
 
 FINGERPRINT_FILE = 'suite_cell.json'
 FINGERPRINT_KEYS = ('config', 'options', 'seed', 'lr', 'version', 'inputs')
+RECORD_KEYS = ('variant', 'config_file', 'commit', 'wall_s', 'cpu', 'checkpoint_sha256')  # beside the fingerprint
+FORMAT_KEY = 'record_format'
+RECORD_FORMAT = 2  # the format write_fingerprint writes (the module docstring lists them)
 HELD_OUT_KEY = 'test_options'  # in the fingerprint of a cell tested on a held-out split only
 INPUT_KEYS = ('checkpoint', 'load_from', 'ann_file')  # config keys naming a file the cell reads
 SHOWN_CONFIG_KEYS = 6  # differing config keys named in a message (the shallowest first); the rest are counted
@@ -80,8 +94,8 @@ def file_digest(path, root):
 
 def fingerprint(cell, root):
     """The cell's fingerprint; ``root`` is the directory its commands run in (relative paths start there). A cell
-    tested on a held-out split also records its test options and the files they name (the test's annotation
-    files); other cells' fingerprints are as they always were."""
+    tested on a held-out split also records its test options (under HELD_OUT_KEY, which other cells' fingerprints
+    do not have) and the files they name (the test's annotation files)."""
     cfg = canonical(resolved_config(cell.config_path, cell.options).to_dict())
     inputs = {key: dict(path=path, digest=file_digest(path, root)) for key, path in input_files(cfg).items()}
     record = dict(config=cfg, options=list(cell.options), seed=cell.seed, lr=cell.lr, version=__version__,
@@ -119,22 +133,48 @@ def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoi
     fingerprint, but a cell reruns bit-identically only on the same kind (docs/en/studies/repeatability.md); the
     checkpoint's digest lets that be checked."""
     os.makedirs(cell.work_dir, exist_ok=True)
-    write_whole_text(fingerprint_path(cell), json.dumps(dict(variant=cell.variant, config_file=cell.config,
-                                                             commit=commit, wall_s=wall_s, cpu=cpu,
-                                                             checkpoint_sha256=checkpoint_sha256, **record),
+    write_whole_text(fingerprint_path(cell), json.dumps({FORMAT_KEY: RECORD_FORMAT, 'variant': cell.variant,
+                                                         'config_file': cell.config, 'commit': commit,
+                                                         'wall_s': wall_s, 'cpu': cpu,
+                                                         'checkpoint_sha256': checkpoint_sha256, **record},
                                                         indent=1))  # never a half-written record
 
 
-def recorded_wall_time(cell):
-    """The seconds a cell's record says its commands took, or None (recorded before cells kept their time, or no
-    record)."""
-    return (cell_record(cell) or {}).get('wall_s')
+def with_hook_names(value):
+    """A recorded config with every hook type that RENAMED_HOOKS maps replaced by the name it maps to."""
+    if isinstance(value, dict):
+        return {key: RENAMED_HOOKS.get(item, item) if key == 'type' and isinstance(item, str)
+                else with_hook_names(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_hook_names(item) for item in value]
+    return value
+
+
+def current_format(record, path):
+    """A record of any format (the module docstring) in the current one, its FORMAT_KEY kept; raises
+    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a format this condtok_mm does not read, or a record
+    that lacks a key its format has."""
+    record_format = record.get(FORMAT_KEY, 1)
+    if not is_integer(record_format) or not 1 <= record_format <= RECORD_FORMAT:
+        raise UnreadableCellFile(f'{path} is a record of format {record_format!r}; this condtok_mm reads formats 1 '
+                                 f'to {RECORD_FORMAT}: gather the cell with the condtok_mm that wrote it, or set it '
+                                 'aside (move its work dir away) to run it again')
+    if record_format == 1:
+        current = {key: None for key in FINGERPRINT_KEYS + RECORD_KEYS}
+        current.update(record)
+        current.update({FORMAT_KEY: 1, 'config': with_hook_names(record.get('config'))})
+        return current
+    missing = [key for key in FINGERPRINT_KEYS + RECORD_KEYS if key not in record]
+    if missing:
+        raise UnreadableCellFile(f'{path} is a record of format {record_format} without {", ".join(missing)}: set '
+                                 'the cell aside (move its work dir away) to run it again')
+    return record
 
 
 def cell_record(cell):
-    """The cell's suite_cell.json as a dict, or None where it has none; raises
-    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed or is not a JSON
-    object."""
+    """The cell's suite_cell.json in the current format (:func:`current_format`), or None where it has none; raises
+    :class:`~condtok_mm.suites.results.UnreadableCellFile` naming a record that cannot be parsed, is not a JSON
+    object or is not a record of a format this condtok_mm reads."""
     path = fingerprint_path(cell)
     if not osp.isfile(path):
         return None
@@ -142,7 +182,7 @@ def cell_record(cell):
     if not isinstance(record, dict):
         raise UnreadableCellFile(f'{path} holds {json.dumps(record)[:60]}, not the record of a cell (a JSON '
                                  'object): set the cell aside (move its work dir away) to run it again')
-    return record
+    return current_format(record, path)
 
 
 def recorded_fingerprint(cell):
@@ -150,7 +190,7 @@ def recorded_fingerprint(cell):
     record = cell_record(cell)
     if record is None:
         return None
-    return {key: record.get(key) for key in FINGERPRINT_KEYS + ((HELD_OUT_KEY, ) if HELD_OUT_KEY in record else ())}
+    return {key: record[key] for key in FINGERPRINT_KEYS + ((HELD_OUT_KEY, ) if HELD_OUT_KEY in record else ())}
 
 
 def flatten(value, prefix=''):
@@ -186,16 +226,16 @@ def differences(recorded, current):
             lines.append(f'{key}: {recorded[key]!r} recorded, {current[key]!r} now')
     if recorded.get(HELD_OUT_KEY) != current.get(HELD_OUT_KEY):
         lines.append(f'test options: {recorded.get(HELD_OUT_KEY)!r} recorded, {current.get(HELD_OUT_KEY)!r} now')
-    if recorded['inputs'] is None:
-        lines.append('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather or resume '
-                     'it with the commit it ran at, or --rerun-changed)')
+    if recorded['inputs'] is None:  # only a format-1 record has none
+        lines.append('inputs: not recorded (its record, of format 1, holds no digests of the files it read: gather '
+                     'or resume it with the commit it ran at, or --rerun-changed)')
     else:
         old_inputs, new_inputs = recorded['inputs'], current['inputs']
         for key in sorted(set(old_inputs) | set(new_inputs)):
             was, now = old_inputs.get(key) or {}, new_inputs.get(key) or {}
             url = str(now.get('path') or was.get('path') or '').startswith(('http://', 'https://'))
             if url and (was.get('digest') is None or now.get('digest') is None):
-                continue  # a URL not fetched now, or recorded before URLs were hashed: not known to differ
+                continue  # a URL not fetched now or when recorded (or not hashed, format 1): not known to differ
             if was.get('digest') != now.get('digest'):
                 lines.append(f'input {key}: {was.get("digest") or "<none>"} recorded, '
                              f'{now.get("digest") or "<none>"} now ({now.get("path") or was["path"]})')

@@ -44,10 +44,9 @@ def fmt_difference(difference, values=True, digits=1):
     else:
         text = (f'{difference["mean"]:+.{digits}f} [{difference["low"]:+.{digits}f}, '
                 f'{difference["high"]:+.{digits}f}]')
-    if 'p' in difference:  # dose_response.py's summaries from before p-values were recorded have none
-        text += f' p={fmt_p(difference["p"])}'
-        if values:
-            text += ' ' + per_seed(difference['per_seed'], digits=digits, sign='+')
+    text += f' p={fmt_p(difference["p"])}'
+    if values:
+        text += ' ' + per_seed(difference['per_seed'], digits=digits, sign='+')
     return text
 
 
@@ -187,23 +186,23 @@ def readable_record(cell):
 
 
 def commits_of(records):
-    """{commit: number of cells} of the records (the suite_cell.json of each cell that has a work dir; 'not
-    recorded' for one without a commit)."""
+    """{commit: number of cells} of the records (the suite_cell.json of each cell that has a work dir, {} where it has
+    none; 'not recorded' for one without a commit)."""
     commits = collections.Counter(record.get('commit') or 'not recorded' for record in records)
     return dict(sorted(commits.items()))
 
 
 def cpus_of(records):
-    """{CPU kind (model and vector instructions): number of cells} of the records ('not recorded' for a cell run
-    before cells kept it)."""
+    """{CPU kind (model and vector instructions): number of cells} of the records ('not recorded' where the record
+    has none: a CPU not known, a format-1 record without the key, or no record)."""
     cpus = collections.Counter(record.get('cpu') or 'not recorded' for record in records)
     return dict(sorted(cpus.items()))
 
 
 def cell_times_of(records, cells):
     """What the records say the cells' train and test commands took, in seconds: total, min and max a cell, and
-    how many of the ``cells`` record it (a cell that ran before cells kept their time does not); None where none
-    does. Unlike the run's wall time, it holds for a suite gathered from records or run in several parts."""
+    how many of the ``cells`` record it (a format-1 record may not); None where none does. Unlike the run's wall
+    time, it holds for a suite gathered from records or run in several parts."""
     times = [record['wall_s'] for record in records if record.get('wall_s') is not None]
     if not times:
         return None

@@ -5,7 +5,7 @@ import math
 import os.path as osp
 
 LOG_TAIL_LINES = 25
-# kappa curves drawn from the AttentionConditioningHook's records, where a config has the hook: the tokens
+# kappa curves drawn from the AttentionKappaHook's records, where a config has the hook: the tokens
 # entering the first block, and the first attention's input (what it multiplies).
 KAPPA_CURVES = {
     'kappa/tokens_out_mean/stage0': 'tokens entering the first block',

@@ -44,7 +44,7 @@ SUITE_KEYS = {'variants', 'reference', 'seeds', 'selection_seeds', 'lrs', 'lr_ke
               'early_loss', 'cfg_options', 'description', 'held_out', 'extend_top'}
 VARIANT_KEYS = {'config', 'cfg_options', 'lrs', 'reference', 'description'}
 ESCAPE_KEYS = {'margin', 'window', 'after'}
-CONFIG_SCOPES = ('mmdet', 'mmpretrain', 'mmseg')  # SCOPE::PATH configs a variant may name
+CONFIG_PACKAGES = ('mmdet', 'mmpretrain', 'mmseg')  # PACKAGE::PATH configs a variant may name
 
 
 class SuiteError(ValueError):
@@ -58,7 +58,7 @@ class Variant:
     Args:
         name (str): the variant's key in ``variants``.
         config (str): the config as the suite writes it: relative to the repository root, or
-            ``SCOPE::PATH`` in an installed package (``mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py``).
+            ``PACKAGE::PATH`` in an installed package (``mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py``).
         config_path (str): the file the tools are given.
         lrs (list[float]): its learning rates; empty when ``best_of`` is set.
         best_of (str, optional): the variant whose best rate it takes.
@@ -144,25 +144,25 @@ def options_list(options, where):
 
 
 def resolve_config(config, root, where='config'):
-    """The file a variant's ``config`` names: a path relative to ``root``, or ``SCOPE::PATH`` in an installed
-    OpenMMLab package's configs (SCOPE/.mim/configs/PATH, as mmengine resolves a ``_base_``); raises
+    """The file a variant's ``config`` names: a path relative to ``root``, or ``PACKAGE::PATH`` in an installed
+    OpenMMLab package's configs (PACKAGE/.mim/configs/PATH, as mmengine resolves a ``_base_``); raises
     SuiteError when there is no such file."""
-    scope, sep, relative = config.partition('::')
+    package, sep, relative = config.partition('::')
     if not sep:
         path = osp.join(root, config)
         if not osp.isfile(path):
             raise SuiteError(f'{where}: config {config} does not exist (paths are relative to the repository root)')
         return path
-    if scope not in CONFIG_SCOPES:
-        raise SuiteError(f'{where}: config {config}: unknown scope {scope!r}; a config is a path relative to the '
-                         f'repository root or SCOPE::PATH with SCOPE one of {", ".join(CONFIG_SCOPES)}')
-    package = MODULE2PACKAGE[scope]
-    if not is_installed(package):
-        raise SuiteError(f'{where}: config {config} needs {package}, which is not installed '
-                         f'(pip install {package})')
-    path = osp.join(get_installed_path(package), '.mim', 'configs', relative)
+    if package not in CONFIG_PACKAGES:
+        raise SuiteError(f'{where}: config {config}: unknown package {package!r}; a config is a path relative to the '
+                         f'repository root or PACKAGE::PATH with PACKAGE one of {", ".join(CONFIG_PACKAGES)}')
+    distribution = MODULE2PACKAGE[package]  # what pip installs: mmsegmentation for mmseg
+    if not is_installed(distribution):
+        raise SuiteError(f'{where}: config {config} needs {distribution}, which is not installed '
+                         f'(pip install {distribution})')
+    path = osp.join(get_installed_path(distribution), '.mim', 'configs', relative)
     if not osp.isfile(path):
-        raise SuiteError(f'{where}: config {config} does not exist: no {path} in the installed {package}')
+        raise SuiteError(f'{where}: config {config} does not exist: no {path} in the installed {distribution}')
     return path
 
 

@@ -7,7 +7,7 @@ _base_ = 'mmpretrain::vision_transformer/vit-base-p16_64xb64_in1k.py'
 # stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
 custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
-custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+custom_hooks = [dict(type='AttentionKappaHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
 

@@ -5,6 +5,6 @@
 _base_ = './mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'
 
 custom_hooks = [
-    dict(type='AttentionConditioningHook', interval=50),
+    dict(type='AttentionKappaHook', interval=50),
     dict(type='ConditioningStrengthRampHook', length=100, shape='linear'),
 ]

@@ -98,7 +98,7 @@ optim_wrapper = dict(
         norm=dict(decay_mult=0.))))
 auto_scale_lr = dict(enable=False, base_batch_size=4)  # lr 1e-3 is for 1 process x 4 images
 
-custom_hooks = [dict(type='AttentionConditioningHook', interval=20)]  # kappa of the tokens, both twins
+custom_hooks = [dict(type='AttentionKappaHook', interval=20)]  # kappa of the tokens, both twins
 default_hooks = dict(
     logger=dict(interval=4),
     checkpoint=dict(interval=4, max_keep_ckpts=1))

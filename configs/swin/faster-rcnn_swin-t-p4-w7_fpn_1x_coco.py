@@ -9,7 +9,7 @@ _base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard).
-custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+custom_hooks = [dict(type='AttentionKappaHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
 

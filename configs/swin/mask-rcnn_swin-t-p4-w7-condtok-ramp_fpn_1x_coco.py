@@ -6,6 +6,6 @@
 _base_ = './mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py'
 
 custom_hooks = [
-    dict(type='AttentionConditioningHook', interval=50),
+    dict(type='AttentionKappaHook', interval=50),
     dict(type='ConditioningStrengthRampHook', length=1000, shape='linear'),
 ]

@@ -8,7 +8,7 @@ _base_ = 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k
 custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard).
-custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+custom_hooks = [dict(type='AttentionKappaHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
 

@@ -18,7 +18,7 @@ _base_ = [
 custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
 # Record kappa of the embedded tokens and of every attention layer (text log, scalars.json, TensorBoard); the
 # 64 x 64 global attention at 1024 is above the hook's max_attention_tokens and only its output is recorded.
-custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+custom_hooks = [dict(type='AttentionKappaHook', interval=50)]
 
 # ---- model (projects/ViTDet/configs/vitdet_mask-rcnn_vit-b-mae_lsj-100e.py)
 backbone_norm_cfg = dict(type='LN', requires_grad=True)

@@ -7,7 +7,7 @@ _base_ = 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py'
 # condtok_mm registers our modules; condtok_mm.compat.enable opts in to its run-time fixes for the installed
 # stack (checkpoint loading on torch >= 2.6, CPU launchers, atomic checkpoints, exact --resume).
 custom_imports = dict(imports=['condtok_mm', 'condtok_mm.compat.enable'], allow_failed_imports=False)
-custom_hooks = [dict(type='AttentionConditioningHook', interval=50)]
+custom_hooks = [dict(type='AttentionKappaHook', interval=50)]
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
 visualizer = dict(vis_backends=vis_backends)
 val_evaluator = dict(type='FastCocoMetric')

@@ -5,6 +5,7 @@ from mmdet.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMDET_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as ROOT_CONSTRUCTORS
 
 import condtok_mm  # noqa: F401
+from condtok_mm.models.token_conditioner import TokenConditioner
 from condtok_mm.registry import MODELS
 
 LR, WD, RATE, DEPTH = 1e-3, 0.1, 0.5, 3
@@ -94,13 +95,12 @@ def test_layer_ids_are_found_wherever_the_vit_sits_in_the_backbone():
     assert settings['backbone.extra.blocks.weight'][0] == LR
 
 
-def test_the_conditioner_counts_with_the_patch_embedding():
-    constructor = ROOT_CONSTRUCTORS.build(dict(
-        type='ViTDetLayerDecayOptimizerConstructor', optim_wrapper_cfg=dict(optimizer=dict(type='AdamW', lr=LR)),
-        paramwise_cfg=dict(num_layers=DEPTH, decay_rate=RATE)))
-    assert constructor.backbone_layer_id('conditioner.scale') == 0
-    assert constructor.backbone_layer_id('conditioners.0.scale') == DEPTH + 1
-    assert constructor.backbone_layer_id('patch_embed.proj.weight') == 0
+def test_the_token_conditioners_have_no_parameter_to_give_a_layer():
+    # the layer ids name the embedding and the blocks only: a conditioned ViT's conditioners hold nothing to train
+    backbone = vit()
+    conditioners = [name for name, module in backbone.named_modules() if isinstance(module, TokenConditioner)]
+    assert conditioners == ['conditioner']
+    assert [name for name, _ in backbone.named_parameters() if name.startswith('conditioner.')] == []
 
 
 def test_without_weight_decay_in_the_optimizer_the_decayed_groups_keep_its_default():

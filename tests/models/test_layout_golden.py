@@ -28,7 +28,7 @@ if __name__ == '__main__':
     sys.path.insert(0, REPO_ROOT)
 
 import condtok_mm  # noqa: E402,F401  (registration)
-from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe  # noqa: E402
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe  # noqa: E402
 from condtok_mm.models.layout import (attention_projections, find_attention_modules,  # noqa: E402
                                       find_residual_blocks, first_attention_blocks)
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
@@ -111,7 +111,7 @@ def probe_records(name):
     cfg, (batch, height, width), valid = PROBE_CASES[name]
     backbone = build(cfg)
     backbone.eval()  # mmdet's SwinTransformer.train() returns None
-    probe = ConditioningProbe(backbone, max_matrices=7)
+    probe = KappaProbe(backbone, max_matrices=7)
     x = images(batch, height, width, seed=1)
     if valid is not None:
         record_valid_region(x, valid)
@@ -122,7 +122,7 @@ def probe_records(name):
 
 
 class FakeRunner:
-    """What AttentionConditioningHook and TrainingDynamicsHook read of a runner; the scalars and log lines they
+    """What AttentionKappaHook and TrainingDynamicsHook read of a runner; the scalars and log lines they
     write are kept."""
 
     def __init__(self, model, optimizer):
@@ -161,9 +161,9 @@ def hook_records(hook_cfg, model_cfg, size, valid=None, iters=3):
 
 
 HOOK_CASES = {
-    'attention_conditioning_cond_swin': (dict(type='AttentionConditioningHook', interval=2, max_matrices=5),
+    'attention_kappa_cond_swin': (dict(type='AttentionKappaHook', interval=2, max_matrices=5),
                                          swin(condition_stages=(0, 1)), (2, 64, 80), PADDED),
-    'attention_conditioning_vitdet': (dict(type='AttentionConditioningHook', interval=2, max_matrices=5),
+    'attention_kappa_vitdet': (dict(type='AttentionKappaHook', interval=2, max_matrices=5),
                                       vitdet('ViTDetViT'), (2, 48, 40), None),
     'training_dynamics_mmdet_swin': (dict(type='TrainingDynamicsHook', interval=2, log_blocks=True), MMDET_SWIN,
                                      (2, 48, 40), None),
@@ -174,7 +174,7 @@ HOOK_CASES = {
 }
 CONDITIONED_CASES = {'cond_swin_stages_0_2', 'cond_swin_attention_input_window', 'cond_vit_padded',
                      'cond_vit_attention_input', 'condtok_mmdet_swin', 'condtok_mmpretrain_swin',
-                     'condtok_mmpretrain_vit', 'attention_conditioning_cond_swin',
+                     'condtok_mmpretrain_vit', 'attention_kappa_cond_swin',
                      'training_dynamics_condtok_mmpretrain_swin'}
 
 

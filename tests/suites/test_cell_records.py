@@ -125,6 +125,11 @@ def replaced(text):
     return lambda path: path.write_text(text)
 
 
+def updated(**keys):
+    """A change that sets ``keys`` in the file's JSON object."""
+    return lambda path: path.write_text(json.dumps(dict(json.loads(path.read_text()), **keys)))
+
+
 # corrupt but parseable records: (the file of the cell, the change, what the message says after the file's name)
 CORRUPT = {
     'a NaN test metric': ('test', replaced('{"coco/bbox_mAP": NaN, "coco/segm_mAP": 0.1}'),
@@ -143,6 +148,10 @@ CORRUPT = {
                                       'line 4 is corrupt: it has coco/bbox_mAP without the step'),
     'a suite_cell.json that is not an object': ('record', replaced('[1, 2]'),
                                                 'holds [1, 2], not the record of a cell (a JSON object)'),
+    'a suite_cell.json of a format this package does not read': (
+        'record', updated(record_format=99),
+        'is a record of format 99; this condtok_mm reads formats 1 to 2: gather the cell with the condtok_mm that '
+        'wrote it'),
 }
 
 

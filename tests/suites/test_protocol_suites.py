@@ -31,14 +31,14 @@ DEMO_P1 = 'configs/demo/mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py
 COCO_P1 = 'configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py'
 PROTOCOL_VARIANTS = {
     'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-ramp_fpn_12e_shapes.py': (DEMO_P1, {'custom_hooks': [
-        dict(type='AttentionConditioningHook', interval=50),
+        dict(type='AttentionKappaHook', interval=50),
         dict(type='ConditioningStrengthRampHook', length=100, shape='linear')]}),
     'configs/demo/mask-rcnn_swin-mini-condtok-pretrained-norm_fpn_12e_shapes.py': (
         DEMO_P1, {'model.backbone.conditioning.control': 'norm_matched'}),
     'configs/demo/mask-rcnn_swin-mini-condtok-condpretrained_fpn_12e_shapes.py': (
         DEMO_P1, {'model.backbone.init_cfg.checkpoint': DEMO_CHECKPOINTS['conditioned']}),
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-ramp_fpn_1x_coco.py': (COCO_P1, {'custom_hooks': [
-        dict(type='AttentionConditioningHook', interval=50),
+        dict(type='AttentionKappaHook', interval=50),
         dict(type='ConditioningStrengthRampHook', length=1000, shape='linear')]}),
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-norm_fpn_1x_coco.py': (
         COCO_P1, {'model.backbone.conditioning.control': 'norm_matched'}),
@@ -109,7 +109,7 @@ def test_demo_suite_runs_each_protocol_from_its_pretrained_checkpoint(tmp_path):
         assert cfg.test_evaluator.ann_file == 'data/shapes_val200/annotations/instances_val.json'
         assert [s.milestones for s in cfg.param_scheduler if s.type == 'MultiStepLR'] == [[9, 11]]
         assert (cfg.default_hooks.logger.interval, cfg.log_processor.window_size) == (1, 1)
-        assert cfg.custom_hooks[0] == dict(type='AttentionConditioningHook', interval=50)
+        assert cfg.custom_hooks[0] == dict(type='AttentionKappaHook', interval=50)
         conditioning = cfg.model.backbone.get('conditioning')
         assert (conditioning is None) == (name == 'P0_baseline'), name
         if conditioning is not None:

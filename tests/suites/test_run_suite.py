@@ -161,8 +161,8 @@ def test_the_final_checkpoint_follows_each_recipe(name, checkpoint, tmp_path):
     ('mmpretrain::resnet/resnet18_8xb32_in1k.py', 'mmpretrain', 'epoch_100.pth'),
     ('mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py', 'mmseg', 'iter_160000.pth')])
 def test_a_variant_may_name_an_installed_packages_config(config, package, checkpoint, tmp_path):
-    """SCOPE::PATH, as a config's _base_ may: the tools get the installed file (before, the runner passed the
-    name on as a path and stopped with a FileNotFoundError traceback)."""
+    """PACKAGE::PATH, as a config's _base_ may name one: the tools get the installed file, not the name as a
+    path."""
     from mmengine.utils import get_installed_path
     path = write_suite(tmp_path / 's.py', dict(baseline=dict(config=config)), seeds=[0], lrs=[1e-4])
     suite = load_suite(path, REPO_ROOT)
@@ -180,10 +180,11 @@ def test_a_variant_may_name_an_installed_packages_config(config, package, checkp
 
 
 @pytest.mark.parametrize('config, message', [
-    ('mmfoo::swin/x.py', "unknown scope 'mmfoo'; a config is a path relative to the repository root or SCOPE::PATH"),
+    ('mmfoo::swin/x.py', "unknown package 'mmfoo'; a config is a path relative to the repository root or "
+                         "PACKAGE::PATH with PACKAGE one of mmdet, mmpretrain, mmseg"),
     ('mmdet::swin/none.py', 'config mmdet::swin/none.py does not exist: no .*/mmdet/.mim/configs/swin/none.py in the '
                             'installed mmdet')])
-def test_a_scoped_config_that_is_not_there_is_refused_naming_it(config, message, tmp_path):
+def test_a_package_config_that_is_not_there_is_refused_naming_it(config, message, tmp_path):
     with pytest.raises(SuiteError, match=message):
         load_suite(write_suite(tmp_path / 's.py', dict(baseline=dict(config=config))), REPO_ROOT)
 

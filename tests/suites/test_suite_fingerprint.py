@@ -4,13 +4,17 @@ import argparse
 import hashlib
 import json
 import os.path as osp
+import re
 import subprocess
 
+import pytest
 import torch
 
 from condtok_mm.suites import launch
-from condtok_mm.suites.fingerprint import (FINGERPRINT_FILE, differences, fingerprint, input_files,
-                                              recorded_wall_time, source_commit)
+from condtok_mm.suites.fingerprint import (FINGERPRINT_FILE, FORMAT_KEY, RECORD_FORMAT, cell_record, differences,
+                                              fingerprint, input_files, recorded_fingerprint, source_commit,
+                                              write_fingerprint)
+from condtok_mm.suites.results import UnreadableCellFile
 from condtok_mm.suites.plan import Cell
 from condtok_mm.utils.machine import cpu_kind
 from helpers.repo import REPO_ROOT
@@ -18,6 +22,8 @@ from helpers.loopback_server import serving
 from helpers.suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
 ONE_EPOCH = {'train_cfg.max_epochs': 1}
+# a fingerprint with every key, for cells whose config is not read
+WRITTEN_FINGERPRINT = dict(config={}, options=[], seed=0, lr=1e-3, version='v', inputs={})
 
 
 def one_rate_suite(path, variants, cfg_options=ONE_EPOCH):
@@ -182,17 +188,17 @@ def test_a_url_checkpoint_is_recorded_with_the_sha256_of_the_file_each_url_loads
                        for version in ('v1', 'v2')}
 
 
-def test_a_cell_recorded_before_inputs_were_hashed_is_refused_with_how_to_use_it(tmp_path):
+def test_a_format_1_record_without_inputs_is_refused_with_how_to_use_it(tmp_path):
     path, out_dir, _, _ = input_suite(tmp_path)
     for variant in ('baseline', 'cond'):
         record_path = out_dir / variant / 'lr0.001' / 'seed0' / FINGERPRINT_FILE
         record = json.loads(record_path.read_text())
-        del record['inputs']
+        del record['inputs'], record[FORMAT_KEY]
         record_path.write_text(json.dumps(record))
     result = gather(path, out_dir)
     assert result.returncode == 1
-    assert result.stderr.count('inputs: not recorded (a cell of condtok_mm before input files were hashed: gather '
-                               'or resume it with the commit it ran at, or --rerun-changed)') == 2
+    assert result.stderr.count('inputs: not recorded (its record, of format 1, holds no digests of the files it '
+                               'read: gather or resume it with the commit it ran at, or --rerun-changed)') == 2
 
 
 def test_the_commit_beside_a_fingerprint_is_the_checkouts_marked_when_tracked_files_changed(tmp_path):
@@ -237,7 +243,7 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
     checkpoint left), only that run's 40 s."""
     work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
     cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
-                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=WRITTEN_FINGERPRINT)
     clock = [0.0]
     steps = []  # (seconds, files written, exit code) of each command, in the order they run
 
@@ -256,10 +262,10 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
 
     steps[:] = [(100.0, {'last_checkpoint': 'epoch_6.pth'}, 1)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'failed'
-    assert recorded_wall_time(cell) == 100.0
+    assert cell_record(cell)['wall_s'] == 100.0
     steps[:] = [(50.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
-    assert (cell.resume, cell.wall_s, recorded_wall_time(cell)) == (True, 160.0, 160.0)
+    assert (cell.resume, cell.wall_s, cell_record(cell)['wall_s']) == (True, 160.0, 160.0)
     record = json.loads((work_dir / FINGERPRINT_FILE).read_text())
     assert record['seed'] == 0  # the fingerprint kept beside it, and the CPU the commands ran on
     assert record['cpu'] == cpu_kind() and record['cpu'].endswith(')')
@@ -268,7 +274,7 @@ def test_a_cells_record_keeps_the_time_of_every_command_that_made_it_across_resu
         (work_dir / name).unlink()
     steps[:] = [(30.0, {'epoch_12.pth': ''}, 0), (10.0, test_json, 0)]
     assert launch.run_cell(cell, args, 0, REPO_ROOT, launch.Children()).status == 'ran'
-    assert (cell.resume, recorded_wall_time(cell)) == (False, 40.0)
+    assert (cell.resume, cell_record(cell)['wall_s']) == (False, 40.0)
 
 
 def test_suite_md_says_what_the_cells_records_say_their_commands_took(tmp_path):
@@ -289,7 +295,7 @@ def test_a_url_digest_not_known_on_one_side_is_not_a_difference():
             'load_from': dict(path='https://example.org/model.pth', digest=digest),
             'ann_file': dict(path='data/a.json', digest='sha256:aa')})
     assert differences(record('sha256:1'), record(None)) == []  # not fetched now (offline)
-    assert differences(record(None), record('sha256:1')) == []  # recorded before URLs were hashed
+    assert differences(record(None), record('sha256:1')) == []  # not fetched when recorded (or format 1)
     assert differences(record('sha256:1'), record('sha256:2')) == [
         'input load_from: sha256:1 recorded, sha256:2 now (https://example.org/model.pth)']
     local = record('sha256:1')
@@ -308,8 +314,7 @@ def test_a_cells_cpus_are_this_machines_for_local_commands_and_kept_across_resum
 def test_a_resumed_cells_record_keeps_the_cpus_of_its_earlier_runs(tmp_path, monkeypatch):
     work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
     cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
-                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
-    from condtok_mm.suites.fingerprint import write_fingerprint
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=WRITTEN_FINGERPRINT)
     write_fingerprint(cell, cell.fingerprint, wall_s=5.0, cpu='Other CPU (AVX2)')
     (work_dir / 'last_checkpoint').write_text('epoch_6.pth')  # interrupted: it resumes
     monkeypatch.setattr(launch, 'run_logged', lambda *args: 1)
@@ -317,3 +322,54 @@ def test_a_resumed_cells_record_keeps_the_cpus_of_its_earlier_runs(tmp_path, mon
                     launch.Children())
     record = json.loads((work_dir / FINGERPRINT_FILE).read_text())
     assert record['cpu'] == f'Other CPU (AVX2); {cpu_kind()}' and record['wall_s'] >= 5.0
+
+
+def record_cell(tmp_path):
+    work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
+    return Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=WRITTEN_FINGERPRINT)
+
+
+def test_a_record_says_its_format_and_holds_every_key_of_it(tmp_path):
+    cell = record_cell(tmp_path)
+    write_fingerprint(cell, cell.fingerprint, commit='abc')
+    record = json.loads((tmp_path / 'v' / 'lr0.001' / 'seed0' / FINGERPRINT_FILE).read_text())
+    assert RECORD_FORMAT == 2 and record == {
+        FORMAT_KEY: 2, 'variant': 'v', 'config_file': BASELINE, 'commit': 'abc', 'wall_s': None, 'cpu': None,
+        'checkpoint_sha256': None, **WRITTEN_FINGERPRINT}
+    assert cell_record(cell) == record
+
+
+def test_a_format_1_record_reads_its_missing_keys_as_not_known_and_its_hooks_by_their_registered_names(tmp_path):
+    cell = record_cell(tmp_path)
+    path = tmp_path / 'v' / 'lr0.001' / 'seed0' / FINGERPRINT_FILE
+    path.parent.mkdir(parents=True)
+    written = [dict(type='AttentionConditioningHook', interval=25), dict(type='TrainingDynamicsHook', interval=10)]
+    format_1 = dict(WRITTEN_FINGERPRINT, variant='v', config_file=BASELINE, config=dict(custom_hooks=written))
+    del format_1['inputs']
+    path.write_text(json.dumps(format_1))
+    hooks = [dict(type='AttentionKappaHook', interval=25), dict(type='TrainingDynamicsHook', interval=10)]
+    assert cell_record(cell) == dict(format_1, record_format=1, inputs=None, commit=None, wall_s=None, cpu=None,
+                                     checkpoint_sha256=None, config=dict(custom_hooks=hooks))
+    assert recorded_fingerprint(cell) == dict(WRITTEN_FINGERPRINT, inputs=None, config=dict(custom_hooks=hooks))
+    # format 2 keeps a hook's name as written: such a record was resolved from a config that names it so
+    write_fingerprint(cell, dict(WRITTEN_FINGERPRINT, config=dict(custom_hooks=written)))
+    assert cell_record(cell)['config'] == dict(custom_hooks=written)
+
+
+@pytest.mark.parametrize('change, message', [
+    ({FORMAT_KEY: 3}, 'is a record of format 3; this condtok_mm reads formats 1 to 2: gather the cell with the '
+                      'condtok_mm that wrote it'),
+    ({FORMAT_KEY: '2'}, "is a record of format '2'; this condtok_mm reads formats 1 to 2"),
+    ({FORMAT_KEY: True}, 'is a record of format True; this condtok_mm reads formats 1 to 2'),
+    ({'cpu': 'drop', 'inputs': 'drop'}, 'is a record of format 2 without inputs, cpu: set the cell aside')])
+def test_a_record_of_a_format_not_read_or_without_a_key_of_its_format_is_refused_naming_it(change, message,
+                                                                                           tmp_path):
+    cell = record_cell(tmp_path)
+    write_fingerprint(cell, cell.fingerprint)
+    path = tmp_path / 'v' / 'lr0.001' / 'seed0' / FINGERPRINT_FILE
+    record = json.loads(path.read_text())
+    record.update({key: value for key, value in change.items() if value != 'drop'})
+    path.write_text(json.dumps({key: value for key, value in record.items() if change.get(key) != 'drop'}))
+    with pytest.raises(UnreadableCellFile, match=re.escape(f'{path} {message}')):
+        cell_record(cell)

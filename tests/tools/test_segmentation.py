@@ -25,7 +25,7 @@ def test_segmentation_demo_trains_with_mmseg_tools_and_reports_miou(shapes_root,
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
-    assert re.search(r'conditioning: stage0 tokens kappa \S+ -> 2 ', log)  # CondSwinTransformer conditioned
+    assert re.search(r'kappa: stage0 tokens kappa \S+ -> 2 ', log)  # CondSwinTransformer conditioned
     for name in ('background', 'circle', 'square', 'triangle', 'star'):  # per-class IoU of the 5 classes
         assert re.search(rf'\|\s+{name}\s+\|\s+[\d.]+\s+\|', log), name
     miou = float(re.search(r'Iter\(val\) \[\d+/\d+\]\s+aAcc: [\d.]+\s+mIoU: ([\d.]+)', log).group(1))

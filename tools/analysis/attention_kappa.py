@@ -1,7 +1,7 @@
 """The conditioning of attention per arm of a suite: κ of the quantities the paper's theory ties together (the
 embedded tokens, the tokens entering the first block, what the first attention multiplies, every layer's softmax
 attention matrix and attention output) at the start, middle and end of training, from the hook records of a
-suite run (AttentionConditioningHook's scalars in each cell's vis_data/scalars.json, every run of a resumed cell).
+suite run (AttentionKappaHook's scalars in each cell's vis_data/scalars.json, every run of a resumed cell).
 
     python tools/analysis/attention_kappa.py RECORD_DIR [--out-dir DIR]
     # e.g. RECORD_DIR=docs/en/studies/records/demo_decisive_swin (a suite's --out-dir or its saved records)
@@ -111,7 +111,7 @@ def gather(record_dir):
         curves[arm['variant'], seed] = hook_curves(work_dir)
     if not any(curves.values()):
         raise ValueError(f'{record_dir}: its cells hold no kappa/ records; were they trained with '
-                         'AttentionConditioningHook in custom_hooks?')
+                         'AttentionKappaHook in custom_hooks?')
     quantities = quantities_of([c for c in curves.values() if c])
     iterations = set.intersection(*(set(c[key]) for c in curves.values() if c for key, _ in quantities))
     phases = phase_iterations(iterations)

@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe  # noqa: E402
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
 from condtok_mm.utils import DatasetNotFoundError, check_dataset_files, describe_machine  # noqa: E402
@@ -49,7 +49,7 @@ def measure(cfg, checkpoint, num_images, max_matrices):
     if checkpoint:
         load_checkpoint(model, checkpoint, map_location='cpu')
     model.eval()
-    probe = ConditioningProbe(model.backbone, max_matrices=max_matrices)
+    probe = KappaProbe(model.backbone, max_matrices=max_matrices)
     loader_cfg = cfg.val_dataloader.copy()
     loader_cfg.update(num_workers=0, persistent_workers=False)
     loader = Runner.build_dataloader(loader_cfg)

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401  (registration)
 from condtok_mm import compat  # noqa: E402
-from condtok_mm.engine.hooks.conditioning_probe.valid_tokens import image_token_matrices  # noqa: E402
+from condtok_mm.engine.hooks.kappa_probe.valid_tokens import image_token_matrices  # noqa: E402
 from condtok_mm.models.layout import conditioner_stage  # noqa: E402
 from condtok_mm.models.token_conditioner import TokenConditioner  # noqa: E402
 from condtok_mm.models.valid_region import record_valid_region  # noqa: E402

@@ -1,4 +1,4 @@
-"""Plot kappa over training iterations from the AttentionConditioningHook scalars of one or more runs.
+"""Plot kappa over training iterations from the AttentionKappaHook scalars of one or more runs.
 
     python tools/analysis/plot_conditioning.py WORK_DIR [WORK_DIR ...] [--out conditioning.png]
 
@@ -33,7 +33,7 @@ def load_kappa_scalars(work_dir):
     """{quantity: {where: ([steps], [values])}} from every run folder of a work dir (resumes included)."""
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     if not files:
-        sys.exit(f'error: no vis_data/scalars.json under {work_dir}; train with AttentionConditioningHook '
+        sys.exit(f'error: no vis_data/scalars.json under {work_dir}; train with AttentionKappaHook '
                  'in custom_hooks (our configs have it)')
     by_step = {}
     for path in files:
@@ -51,7 +51,7 @@ def load_kappa_scalars(work_dir):
             steps.append(step)
             values.append(value)
     if not series:
-        sys.exit(f'error: {work_dir} has scalars but no kappa/* values; was AttentionConditioningHook on?')
+        sys.exit(f'error: {work_dir} has scalars but no kappa/* values; was AttentionKappaHook on?')
     return series
 
 
@@ -111,7 +111,7 @@ def print_table(runs):
 
 def main():
     parser = argparse.ArgumentParser(description='Plot kappa over iterations for one or more runs')
-    parser.add_argument('work_dirs', nargs='+', help='work dirs of runs with AttentionConditioningHook')
+    parser.add_argument('work_dirs', nargs='+', help='work dirs of runs with AttentionKappaHook')
     parser.add_argument('--labels', nargs='+', help='one label per work dir (default: folder names)')
     parser.add_argument('--out', help='output PNG (default: <first work dir>/conditioning.png)')
     args = parser.parse_args()

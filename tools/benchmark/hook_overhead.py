@@ -1,4 +1,4 @@
-"""Cost of AttentionConditioningHook: one recording against a training step, and the overhead per interval.
+"""Cost of AttentionKappaHook: one recording against a training step, and the overhead per interval.
 
     python tools/benchmark/hook_overhead.py [--config CONFIG] [--size H W] [--batch 2] [--repeats 3]
 
@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 import condtok_mm  # noqa: E402,F401
-from condtok_mm.engine.hooks.attention_conditioning import ConditioningProbe  # noqa: E402
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe  # noqa: E402
 from condtok_mm.registry import MODELS  # noqa: E402
 from condtok_mm.utils import describe_machine, machine_summary, timed  # noqa: E402
 
@@ -44,7 +44,7 @@ def time_step(backbone, probe, images, record):
 
 
 def main():
-    parser = argparse.ArgumentParser(description='Measure the cost of AttentionConditioningHook')
+    parser = argparse.ArgumentParser(description='Measure the cost of AttentionKappaHook')
     parser.add_argument('--config', default='configs/mask-rcnn_condtok.py')
     parser.add_argument('--size', type=int, nargs=2, default=(800, 1344), metavar=('H', 'W'))
     parser.add_argument('--batch', type=int, default=2)
@@ -58,7 +58,7 @@ def main():
     backbone_cfg.pop('init_cfg', None)  # random weights: nothing is downloaded
     backbone = MODELS.build(backbone_cfg)
     backbone.train()  # SwinTransformer.train() returns None: no chaining
-    probe = ConditioningProbe(backbone)
+    probe = KappaProbe(backbone)
     images = torch.randn(args.batch, 3, *args.size)
     time_step(backbone, probe, images, record=True)  # warm-up
     plain, recording = [], []
@@ -90,7 +90,7 @@ def main():
     ax.set_xlabel('interval (iterations)')
     ax.set_ylabel('overhead, % of backbone step')
     ax.set_yscale('log')
-    ax.set_title(f'AttentionConditioningHook cost\n{osp.basename(args.config)} {args.size[0]}x{args.size[1]}')
+    ax.set_title(f'AttentionKappaHook cost\n{osp.basename(args.config)} {args.size[0]}x{args.size[1]}')
     ax.legend()
     fig.savefig(osp.join(args.out_dir, 'hook_overhead.png'), dpi=110)
     print(f'wrote {osp.join(args.out_dir, "hook_overhead.json")} and hook_overhead.png')

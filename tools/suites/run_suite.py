@@ -13,7 +13,7 @@ list: condtok_mm/suites/schema.py)
     reference = NAME; seeds = [3, 4, 5]; selection_seeds = [0, 1, 2]; lrs = [LR, ...]; family = [NAME, ...]
     lr_key = 'optim_wrapper.optimizer.lr'; metric = 'coco/bbox_mAP'; cfg_options = {KEY: VALUE}
 
-A variant's config is a path relative to the repository root or SCOPE::PATH of an installed mmdet, mmpretrain
+A variant's config is a path relative to the repository root or PACKAGE::PATH of an installed mmdet, mmpretrain
 or mmseg. A variant with several rates is reported at the one with the best mean ``metric``: chosen on
 ``selection_seeds`` (every rate runs there, the chosen one on ``seeds``), or, without them, on the reported
 seeds themselves (the report says so). ``lrs=dict(best_of=NAME)`` takes NAME's chosen rate. Every cell trains

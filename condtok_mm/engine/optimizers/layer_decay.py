@@ -11,18 +11,17 @@ from condtok_mm.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 # Norm layers, found by type rather than by name (a name containing 'norm' is not always one).
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, _NormBase, ViTDetLN2d)
-# Backbone submodules and parameters that embed the input: layer 0, with the tokens' conditioner (which
-# acts on the embedding output; it has no parameters today, but a learnable one belongs there).
-EMBEDDING_NAMES = ('patch_embed', 'pos_embed', 'cls_token', 'mask_token', 'conditioner')
+# Backbone submodules and parameters that embed the input: layer 0.
+EMBEDDING_NAMES = ('patch_embed', 'pos_embed', 'cls_token', 'mask_token')
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class ViTDetLayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
     """Layer-wise learning-rate decay for a detector with a plain ViT backbone, as in ViTDet.
 
-    Every parameter gets a layer id: 0 for the backbone's patch embedding, position embedding (and class or
-    mask token) and token conditioner; i + 1 for the backbone's ``blocks.i``; ``num_layers + 1`` for all
-    else (neck, heads, the rest of the backbone). Its learning rate is
+    Every parameter gets a layer id: 0 for the backbone's patch embedding and position embedding (and class or
+    mask token); i + 1 for the backbone's ``blocks.i``; ``num_layers + 1`` for all else (neck, heads, the rest of
+    the backbone). The token conditioners have no parameters, so they take no learning rate. Its learning rate is
     ``lr * decay_rate ** (num_layers + 1 - layer_id)``: the heads train at ``lr``, the last block at
     ``decay_rate * lr``, the patch embedding at ``decay_rate ** (num_layers + 1) * lr``. The ids are read
     from the names relative to ``model.backbone``: the first ``patch_embed``/``pos_embed``/... component or

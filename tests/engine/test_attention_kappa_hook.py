@@ -13,7 +13,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import condtok_mm  # noqa: F401
-from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe
 from condtok_mm.models.layout import find_attention_modules
 from condtok_mm.registry import HOOKS, MODELS
 from condtok_mm.models.valid_region import record_valid_region
@@ -37,7 +37,7 @@ def test_attention_kappa_equals_numpy_on_known_matrices():
     attention.proj.register_forward_pre_hook(lambda m, a: seen.__setitem__('heads', a[0].detach()))
     wrapper = torch.nn.Module()
     wrapper.attn = attention
-    probe = ConditioningProbe(wrapper, max_matrices=1000)
+    probe = KappaProbe(wrapper, max_matrices=1000)
     assert [name for name, _ in find_attention_modules(wrapper)] == ['attn']
     probe.active = True
     attention(torch.randn(3, 16, 16))  # 3 windows of 16 tokens, 2 heads
@@ -63,7 +63,7 @@ def test_token_kappa_before_and_after_the_correction(conditioned):
     torch.manual_seed(0)
     backbone = MODELS.build(dict(type='CondSwinTransformer', **SMALL_SWIN,
                                  conditioning=dict(type='TokenConditioner') if conditioned else None))
-    probe = ConditioningProbe(backbone)
+    probe = KappaProbe(backbone)
     assert len(probe.attention_layers) == sum(SMALL_SWIN['depths'])
     x = torch.randn(2, 3, 64, 64)
     probe.active = True
@@ -85,14 +85,14 @@ def test_token_kappa_before_and_after_the_correction(conditioned):
 
 def test_probe_is_silent_when_inactive():
     backbone = MODELS.build(dict(type='CondSwinTransformer', **SMALL_SWIN))
-    probe = ConditioningProbe(backbone)
+    probe = KappaProbe(backbone)
     backbone(torch.randn(1, 3, 32, 32))
     assert probe.reduce() == {}
 
 
 def test_invalid_interval_is_rejected():
     with pytest.raises(ValueError, match='interval=0 is invalid'):
-        HOOKS.build(dict(type='AttentionConditioningHook', interval=0))
+        HOOKS.build(dict(type='AttentionKappaHook', interval=0))
 
 
 def train(shapes_root, work_dir, with_hook):
@@ -100,7 +100,7 @@ def train(shapes_root, work_dir, with_hook):
     cfg.merge_from_dict(cfg_options_dict(data_options(shapes_root, 1)))
     cfg.train_dataloader.dataset.indices = 8  # two iterations of 4 images
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    cfg.custom_hooks = [dict(type='AttentionConditioningHook', interval=1)] if with_hook else []
+    cfg.custom_hooks = [dict(type='AttentionKappaHook', interval=1)] if with_hook else []
     cfg.randomness = dict(seed=0, deterministic=True)
     cfg.work_dir = str(work_dir)
     cfg.visualizer.name = str(work_dir)  # visualizers are per-process singletons by name
@@ -126,7 +126,7 @@ def test_recording_does_not_change_training_and_writes_log_scalars_and_tensorboa
     assert sum(k.startswith('kappa/attn_softmax_mean/layer') for k in last) == 5  # depths 1+1+2+1
     (log_file, ) = glob.glob(str(tmp_path / 'with' / '*' / '*.log'))
     log = open(log_file).read()
-    assert 'Iter(train) [2] conditioning: stage0 tokens kappa' in log and 'layer04' in log
+    assert 'Iter(train) [2] kappa: stage0 tokens kappa' in log and 'layer04' in log
     assert ', attention input kappa ' in log and '(scale x' in log
     assert glob.glob(str(tmp_path / 'with' / '*' / 'vis_data' / 'events.out.tfevents.*'))
 
@@ -182,7 +182,7 @@ def test_attention_input_scale_and_padding_free_kappa_equal_numpy(position, scop
     torch.manual_seed(0)
     backbone = MODELS.build(dict(type='CondSwinTransformer', **SMALL_SWIN,
                                  conditioning=dict(type='TokenConditioner', position=position, scope=scope)))
-    probe = ConditioningProbe(backbone, max_matrices=10_000)
+    probe = KappaProbe(backbone, max_matrices=10_000)
     seen = {}
     block = backbone.stages[0].blocks[0]
     block.norm1.register_forward_hook(lambda m, a, out: seen.__setitem__('norm1', out.detach().double()))
@@ -240,7 +240,7 @@ def test_vitdet_global_and_window_attention_inputs_exclude_padding():
     torch.manual_seed(0)
     backbone = MODELS.build(dict(type='CondViT', img_size=64, patch_size=8, embed_dim=24, depth=2, num_heads=2,
                                  window_size=3, window_block_indexes=[1], pretrain_img_size=64))
-    probe = ConditioningProbe(backbone, max_matrices=10_000)
+    probe = KappaProbe(backbone, max_matrices=10_000)
     seen = {}
     backbone.blocks[0].norm1.register_forward_hook(lambda m, a, out: seen.__setitem__('norm1', out.detach().double()))
     batch = torch.randn(2, 3, 64, 64)
@@ -262,7 +262,7 @@ def _reduce_different_keys(rank, world_size, port, results):
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=30))  # a mismatched collective fails, never hangs
     try:
-        probe = ConditioningProbe(torch.nn.Identity())
+        probe = KappaProbe(torch.nn.Identity())
         probe.records.add('kappa/tokens_in/stage0', torch.tensor([1.0 + rank, 3.0]))
         if rank == 1:  # e.g. only this rank's attention matrices were small enough to record
             probe.records.add('kappa/attn_softmax/layer00', torch.tensor([5.0, 7.0, 9.0]))

@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 
 from condtok_mm.conditioning import channel_mean_complement, token_windows
-from condtok_mm.engine.hooks.conditioning_probe.records import KappaRecords, evenly, kappa
-from condtok_mm.engine.hooks.conditioning_probe.valid_tokens import batch_valid_shapes, image_token_matrices
+from condtok_mm.engine.hooks.kappa_probe.records import KappaRecords, evenly, kappa
+from condtok_mm.engine.hooks.kappa_probe.valid_tokens import batch_valid_shapes, image_token_matrices
 from condtok_mm.models.layout import block_token_grid, first_attention_blocks
 
 

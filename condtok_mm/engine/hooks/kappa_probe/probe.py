@@ -1,17 +1,17 @@
-"""ConditioningProbe: the forward hooks that measure kappa of what a backbone's transformer computes."""
+"""KappaProbe: the forward hooks that measure kappa of what a backbone's transformer computes."""
 from typing import Dict
 
 import torch.nn as nn
 
-from condtok_mm.engine.hooks.conditioning_probe.attention_input import AttentionInputKappa
-from condtok_mm.engine.hooks.conditioning_probe.attention_layers import AttentionLayerKappa
-from condtok_mm.engine.hooks.conditioning_probe.records import KappaRecords
-from condtok_mm.engine.hooks.conditioning_probe.tokens import TokenKappa
+from condtok_mm.engine.hooks.kappa_probe.attention_input import AttentionInputKappa
+from condtok_mm.engine.hooks.kappa_probe.attention_layers import AttentionLayerKappa
+from condtok_mm.engine.hooks.kappa_probe.records import KappaRecords
+from condtok_mm.engine.hooks.kappa_probe.tokens import TokenKappa
 from condtok_mm.models.layout import conditioner_stage
 from condtok_mm.models.token_conditioner import TokenConditioner
 
 
-class ConditioningProbe:
+class KappaProbe:
     """Forward hooks on a backbone that measure kappa of what its transformer computes.
 
     Recorded per forward pass while :attr:`active`, each image on its own valid (unpadded) tokens where the

@@ -4,7 +4,7 @@
   (what ValidRegionDetDataPreprocessor prevents);
 - solver='reference_gram' vs solver='reference_svd' on rank-deficient tokens: the same kappa, another X + C.
 
-    .venv/bin/python docs/conditioning_facts.py
+    .venv/bin/python docs/en/user_guides/conditioning_facts.py
 """
 import os.path as osp
 import sys
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 sys.path.insert(0, REPO_ROOT)
 import condtok_mm  # noqa: E402,F401
 from condtok_mm.conditioning import condition_number, condition_tokens  # noqa: E402
@@ -43,7 +43,7 @@ with_padding = condition_tokens(padded.view(1, *padded_hw, -1))[:, :, :hw_shape[
 print(f'conditioned with the padding of a 128 x 192 batch-mate vs alone, on its own tokens: '
       f'{relative(with_padding, alone):.1f} % (||.||_F, relative)')
 
-gram = alone.view(tokens.shape)
+gram = condition_tokens(tokens, solver='reference_gram')
 svd = condition_tokens(tokens, solver='reference_svd')
 print(f'kappa(X + C): gram {float(condition_number(gram)):.6f}, svd {float(condition_number(svd)):.6f}; '
       f'X + C of gram vs svd: {relative(gram, svd):.1f} % (||.||_F, relative)')

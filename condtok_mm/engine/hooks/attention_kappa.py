@@ -1,5 +1,6 @@
-"""AttentionConditioningHook: record, during training, the conditioning of the embedded tokens, of what attention
-multiplies and of every attention layer (measured by :class:`ConditioningProbe`), and log it."""
+"""AttentionKappaHook: record, during training, kappa of the embedded tokens, of what attention multiplies and of
+every attention layer (measured by :class:`KappaProbe`), and log it. It measures and applies nothing: the
+conditioning itself is the TokenConditioner's (condtok_mm/conditioning)."""
 import logging
 import math
 from typing import Dict, Optional
@@ -8,15 +9,15 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 
-from condtok_mm.engine.hooks.conditioning_probe import ConditioningProbe
+from condtok_mm.engine.hooks.kappa_probe import KappaProbe
 from condtok_mm.registry import HOOKS
 
 
 @HOOKS.register_module()
-class AttentionConditioningHook(Hook):
+class AttentionKappaHook(Hook):
     """Record kappa of the embedded tokens and of every attention layer every ``interval`` iterations.
 
-    The values (see :class:`ConditioningProbe` for the list) go to the text log, to every visualizer
+    The values (see :class:`KappaProbe` for the list) go to the text log, to every visualizer
     backend (``vis_data/scalars.json``; TensorBoard when ``TensorboardVisBackend`` is configured) under
     ``kappa/<quantity>_{mean,max}/<stage or layer>`` (and ``scale/correction_{mean,max}/<stage>``), and are
     reduced across ranks in distributed runs over the union of what the ranks recorded.
@@ -36,19 +37,19 @@ class AttentionConditioningHook(Hook):
     def __init__(self, interval: int = 50, max_matrices: int = 32, max_attention_tokens: int = 1024,
                  log_layers: bool = True):
         if not isinstance(interval, int) or interval < 1:
-            raise ValueError(f'AttentionConditioningHook: interval={interval!r} is invalid; use an int >= 1')
+            raise ValueError(f'AttentionKappaHook: interval={interval!r} is invalid; use an int >= 1')
         self.interval = interval
         self.max_matrices = max_matrices
         self.max_attention_tokens = max_attention_tokens
         self.log_layers = log_layers
-        self.probe: Optional[ConditioningProbe] = None
+        self.probe: Optional[KappaProbe] = None
 
     def before_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         backbone = getattr(model, 'backbone', model)
-        self.probe = ConditioningProbe(backbone, self.max_matrices, self.max_attention_tokens)
+        self.probe = KappaProbe(backbone, self.max_matrices, self.max_attention_tokens)
         if not self.probe.attention_layers:
-            print_log(f'AttentionConditioningHook: no attention module with softmax/qkv/proj found in '
+            print_log(f'AttentionKappaHook: no attention module with softmax/qkv/proj found in '
                       f'{type(backbone).__name__}; only token kappa is recorded.', logger='current',
                       level=logging.WARNING)
 
@@ -67,13 +68,13 @@ class AttentionConditioningHook(Hook):
             return
         step = runner.iter + 1
         runner.visualizer.add_scalars(scalars, step=step)
-        runner.logger.info(format_conditioning(scalars, step, self.log_layers))
+        runner.logger.info(format_kappa(scalars, step, self.log_layers))
 
     def after_train(self, runner) -> None:
         self.probe.remove()
 
 
-def format_conditioning(scalars: Dict[str, float], step: int, per_layer: bool = True) -> str:
+def format_kappa(scalars: Dict[str, float], step: int, per_layer: bool = True) -> str:
     """A summary line (token kappa; attention kappa averaged over layers) and an optional layer table."""
     def value(key):
         return scalars.get(key, math.nan)
@@ -94,7 +95,7 @@ def format_conditioning(scalars: Dict[str, float], step: int, per_layer: bool = 
         means = [m for m in means if not math.isnan(m)]
         if means:
             parts.append(f'{quantity} kappa (mean over layers) {sum(means) / len(means):.3g}')
-    lines = [f'Iter(train) [{step}] conditioning: ' + ' | '.join(parts)]
+    lines = [f'Iter(train) [{step}] kappa: ' + ' | '.join(parts)]
     if per_layer and layers:
         columns = ('attn_softmax_mean', 'attn_softmax_max', 'attn_out_mean', 'attn_out_max', 'w_q_mean',
                    'w_k_mean', 'w_v_mean')

@@ -6,9 +6,9 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from condtok_mm.engine.hooks.conditioning_probe.records import KappaRecords, evenly, kappa
-from condtok_mm.engine.hooks.conditioning_probe.valid_tokens import (batch_valid_shapes, valid_token_mask,
-                                                                     window_token_mask)
+from condtok_mm.engine.hooks.kappa_probe.records import KappaRecords, evenly, kappa
+from condtok_mm.engine.hooks.kappa_probe.valid_tokens import (batch_valid_shapes, valid_token_mask,
+                                                              window_token_mask)
 from condtok_mm.models.layout import find_attention_modules, owner_windows, window_owners
 
 
@@ -76,7 +76,7 @@ class AttentionLayerKappa:
             tokens = attn.shape[-1]
             if tokens > self.max_attention_tokens:
                 if not self._skipped_large_attention:
-                    print_log(f'AttentionConditioningHook: attention matrices of {tokens} tokens are '
+                    print_log(f'AttentionKappaHook: attention matrices of {tokens} tokens are '
                               f'larger than max_attention_tokens={self.max_attention_tokens}; their '
                               'softmax kappa is not recorded (raise the limit to include them).',
                               logger='current', level=logging.WARNING)

@@ -4,8 +4,8 @@ from typing import List, Tuple
 import torch
 import torch.nn as nn
 
-from condtok_mm.engine.hooks.conditioning_probe.records import KappaRecords, kappa
-from condtok_mm.engine.hooks.conditioning_probe.valid_tokens import batch_valid_shapes, image_token_matrices
+from condtok_mm.engine.hooks.kappa_probe.records import KappaRecords, kappa
+from condtok_mm.engine.hooks.kappa_probe.valid_tokens import batch_valid_shapes, image_token_matrices
 from condtok_mm.models.layout import conditioner_stage, patch_embedding, patch_embedding_tokens
 
 
