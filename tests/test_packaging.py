@@ -14,7 +14,7 @@ import pytest
 import setuptools
 from mmengine.config import Config
 
-from helpers.repo import REPO_ROOT, build_wheel, load_script
+from helpers.repo import REPO_ROOT, build_wheel, load_install_script
 
 
 @pytest.mark.slow
@@ -28,6 +28,10 @@ def test_wheel_ships_the_package_and_its_configs(tmp_path):
     assert configs and {f'condtok_mm/.mim/{c}' for c in configs} <= names
     assert {'condtok_mm/conditioning/__init__.py', 'condtok_mm/conditioning/batched.py',
             'condtok_mm/models/backbones/cond_swin.py'} <= names
+    # the code of the tools, which import it from the installed package
+    assert {'condtok_mm/analysis/plot_conditioning.py', 'condtok_mm/analysis/training_dynamics/compare.py',
+            'condtok_mm/benchmark/op_counts.py', 'condtok_mm/suites/run_suite.py',
+            'condtok_mm/model_converters/publish_model.py'} <= names
     assert not any(n.startswith(('tests/', 'tools/')) for n in names)
     # what mim looks for: the model index with the metafiles it imports, and the tools
     assert {'condtok_mm/.mim/model-index.yml', 'condtok_mm/.mim/configs/swin/metafile.yml',
@@ -55,6 +59,15 @@ def test_the_package_parses_on_the_oldest_python_that_setup_py_accepts():
     for path in glob.glob(osp.join(REPO_ROOT, 'condtok_mm', '**', '*.py'), recursive=True):
         ast.parse(open(path).read(), path, feature_version=oldest)  # SyntaxError names the file and line
 
+
+
+def test_the_tools_rely_on_the_installed_package():
+    # a tool that put its checkout on sys.path would run that checkout's code whatever is installed, and one that
+    # put its own folder there would import its siblings as top-level modules that the tests cannot import
+    edits = [f'{osp.relpath(path, REPO_ROOT)}:{number}' for path in glob.glob(osp.join(REPO_ROOT, 'tools', '**', '*'),
+                                                                              recursive=True) if osp.isfile(path)
+             for number, line in enumerate(open(path, errors='replace'), 1) if 'sys.path' in line]
+    assert edits == []
 
 
 @pytest.fixture
@@ -115,7 +128,7 @@ def test_installing_into_an_environment_that_has_the_stack_moves_nothing(tmp_pat
     assert to_install == ['condtok-mm'], report['install']
 
 
-mmcv_build = load_script('mmcv_build.py')
+mmcv_build = load_install_script('mmcv_build.py')
 H200 = dict(capabilities=[(9, 0)], device_names=['NVIDIA H200'])
 TOOLKIT = dict(cuda_home='/opt/cuda-13.0', nvcc_release='13.0', cuda_headers=True)
 

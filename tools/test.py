@@ -15,13 +15,12 @@ from mmdet.engine.hooks.utils import trigger_visualization_hook
 from mmdet.evaluation import DumpDetResults
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
-import condtok_mm  # noqa: E402,F401  (registration)
-from condtok_mm import compat  # noqa: E402
-from condtok_mm.engine.hooks.checkpoint_coverage import (PARTIAL_CHECKPOINT_LIMIT,  # noqa: E402
+import condtok_mm  # noqa: F401  (registration)
+from condtok_mm import compat
+from condtok_mm.engine.hooks.checkpoint_coverage import (PARTIAL_CHECKPOINT_LIMIT,
                                                        CheckpointCoverageCheck, MalformedCheckpointError,
                                                        PartialCheckpointError)
-from condtok_mm.utils import (DatasetNotFoundError, MissingExtraError, check_dataset_files,  # noqa: E402
+from condtok_mm.utils import (DatasetNotFoundError, MissingExtraError, check_dataset_files,
                               check_vis_backends)
 
 

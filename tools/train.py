@@ -12,10 +12,9 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmdet.utils import setup_cache_size_limit_of_dynamo
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout, installed or not
-import condtok_mm  # noqa: E402,F401  (registration)
-from condtok_mm import compat  # noqa: E402
-from condtok_mm.utils import (DatasetNotFoundError, MissingExtraError, check_dataset_files,  # noqa: E402
+import condtok_mm  # noqa: F401  (registration)
+from condtok_mm import compat
+from condtok_mm.utils import (DatasetNotFoundError, MissingExtraError, check_dataset_files,
                               check_vis_backends, fall_back_from_amp_on_cpu)
 
 

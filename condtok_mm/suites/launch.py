@@ -7,6 +7,10 @@ Launchers (the distributed engine is mmdet's: torchrun or SLURM; the runner only
     slurm    tools/slurm_train.sh PARTITION JOB CONFIG WORK_DIR, tools/slurm_test.sh (srun), GPUS=nproc per
              cell, ``jobs`` cells queued at a time
 
+Every command imports the condtok_mm of the checkout it runs from (:func:`checkout_environment`), not one
+installed from elsewhere: a study run from a second checkout (a worktree kept at a study's commit) runs that
+commit's code in every cell, the commit its record names.
+
 ``args`` below is the runner's parsed command line: ``launcher``, ``jobs``, ``nproc``, ``partition``.
 """
 import os
@@ -23,6 +27,7 @@ from tqdm import tqdm
 
 from condtok_mm.utils import usable_cpus
 from condtok_mm.utils.machine import cpu_kind
+from condtok_mm.utils.package_files import package_root
 from .fingerprint import cell_record, file_digest, source_commit, write_fingerprint
 from .plan import lr_name
 from .results import UnreadableCellFile, cell_state, evaluation, log_tail
@@ -32,6 +37,28 @@ LAUNCHERS = ('none', 'pytorch', 'slurm')
 
 def tool(root, name):
     return osp.join(root, 'tools', name)
+
+
+def checkout_environment(root):
+    """The environment under which a command imports the condtok_mm of ``root``: PYTHONPATH with ``root`` first
+    where ``root`` holds the package (a checkout; the tools rely on the installed package, which may be another
+    checkout's editable install), before what PYTHONPATH already holds; nothing where it does not (the installed
+    package's condtok_mm/.mim)."""
+    if not osp.isfile(osp.join(root, 'condtok_mm', '__init__.py')):
+        return {}
+    return dict(PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get('PYTHONPATH')])]))
+
+
+def foreign_package(root):
+    """Why a runner for ``root`` must not run with the condtok_mm imported now, or None where that is ``root``'s:
+    its fingerprints and reports would be another checkout's code's while its cells run ``root``'s."""
+    imported = package_root()
+    if osp.realpath(root) == imported:
+        return None
+    script = osp.join(root, 'tools', 'suites', 'run_suite.py')
+    return (f'this runner imports the condtok_mm of {imported}, not that of the checkout it runs from ({root}), '
+            f'whose cells would run its own: run it as PYTHONPATH={root} python {script} ... (or pip install -e '
+            f'{root})')
 
 
 def commands(cell, args, slot, root):
@@ -61,7 +88,7 @@ def commands(cell, args, slot, root):
         train = ['bash', tool(root, 'slurm_train.sh'), args.partition, job, config, cell.work_dir, *resume, *options]
         test = ['bash', tool(root, 'slurm_test.sh'), args.partition, job, config, checkpoint, '--work-dir', test_dir,
                 *test_options]
-    return train, test, env
+    return train, test, dict(env, **checkout_environment(root))
 
 
 class Children:

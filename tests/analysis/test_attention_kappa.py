@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers.repo import load_script
+from condtok_mm.analysis import attention_kappa
 
-attention_kappa = load_script('analysis', 'attention_kappa.py')
 KEYS = ['kappa/tokens_in_mean/stage0', 'kappa/tokens_out_mean/stage0', 'kappa/attn_softmax_mean/layer00',
         'kappa/attn_softmax_mean/layer01', 'kappa/attn_out_mean/layer00', 'kappa/attn_out_mean/layer01']
 STEPS = [1, 50, 100, 150, 200]

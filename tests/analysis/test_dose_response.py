@@ -5,13 +5,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers.repo import load_script
+from condtok_mm.analysis import dose_response
 from helpers.suite_runs import BASELINE, CONDITIONED
 
 KNOB = 'condtok=model.backbone.conditioning.target_kappa'
 
-
-dose_response = load_script('analysis', 'dose_response.py')
 
 # bbox AP by (variant, lr, seed); the baseline is best at 2e-3, the method at 1e-3 (where its dose runs)
 BBOX = {('baseline', 1e-3): [1.0, 2.0, 1.5], ('baseline', 2e-3): [2.0, 2.5, 3.5],

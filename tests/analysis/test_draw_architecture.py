@@ -5,9 +5,7 @@ import matplotlib.image
 
 from condtok_mm.models.backbones.cond_swin import CondSwinTransformer
 from condtok_mm.models.backbones.cond_vit import CondViT
-from helpers.repo import load_script
-
-draw_architecture = load_script('analysis', 'draw_architecture.py')
+from condtok_mm.analysis import draw_architecture
 
 
 def test_it_writes_the_same_900_px_wide_png_each_time(tmp_path, capsys):

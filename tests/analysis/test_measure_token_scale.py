@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import condtok_mm  # noqa: F401
-from helpers.repo import DEMO, REPO_ROOT, load_script
+from condtok_mm.analysis import measure_token_scale
+from helpers.repo import DEMO, REPO_ROOT
 
-measure_token_scale = load_script('analysis', 'measure_token_scale.py')
 
 DOSES = [('k1.25', dict(target_kappa=1.25)), ('k2', dict(target_kappa=2.0)), ('k8', dict(target_kappa=8.0)),
          ('graying', dict(mode='graying', epsilon=0.95))]

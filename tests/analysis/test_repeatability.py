@@ -5,9 +5,7 @@ import json
 import pytest
 import torch
 
-from helpers.repo import load_script
-
-repeatability = load_script('analysis', 'repeatability.py')
+from condtok_mm.analysis import repeatability
 
 
 def write_run(work_dir, weights, losses, bbox, validations):

@@ -2,9 +2,7 @@
 holds no object (COCO's -1)."""
 import json
 
-from helpers.repo import load_script
-
-summarize_test = load_script('analysis', 'summarize_test.py')
+from condtok_mm.analysis import summarize_test
 
 
 def test_an_area_without_objects_reads_as_a_dash_not_minus_100(tmp_path, capsys):

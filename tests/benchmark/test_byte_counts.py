@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from helpers.repo import REPO_ROOT, load_script
+from condtok_mm.benchmark import byte_counts
+from helpers.repo import REPO_ROOT
 
-byte_counts = load_script('benchmark', 'byte_counts.py')
 
 X = torch.randn(64, 32)  # float32: one pass is 64 * 32 * 4 bytes
 

@@ -10,9 +10,9 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import condtok_mm  # noqa: F401
+from condtok_mm.benchmark import op_counts
 from condtok_mm.registry import MODELS
-
-from helpers.repo import REPO_ROOT, load_script
+from helpers.repo import REPO_ROOT
 
 
 @pytest.mark.slow
@@ -98,9 +98,6 @@ def test_overhead_benchmark_times_the_twins_and_the_methods_and_checks_the_condi
     assert swin['methods']['graying']['conditioner']['seconds'] > 0
     assert 'conditioner' not in swin['methods']['spectral']
     assert 'swin-t    spectral' in result.stdout and 'swin-t    graying' in result.stdout
-
-
-op_counts = load_script('benchmark', 'op_counts.py')
 
 
 def test_op_counts_counts_each_dispatched_op_host_read_and_float64_flop():

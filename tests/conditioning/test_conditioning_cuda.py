@@ -1,8 +1,8 @@
 """The batched path on a CUDA device, with nothing but torch and condtok_mm.conditioning imported: no host sync,
 CUDA-graph capture and replay, torch.compile, half-precision tokens under autocast, and the same X + C as on the
 CPU. Marked `gpu` (skipped without CUDA); where only torch is installed they run as
-``python -m pytest -p bare_torch --noconftest tests/conditioning/test_conditioning_cuda.py`` with tools/benchmark
-on PYTHONPATH (tools/benchmark/gpu_conditioner.sh)."""
+``python -m pytest --noconftest tests/conditioning/test_conditioning_cuda.py`` with the checkout and its tests/ on
+PYTHONPATH (tools/benchmark/gpu_conditioner.sh)."""
 import pytest
 import torch
 from helpers.precision import low_precision_check

@@ -12,9 +12,7 @@ from condtok_mm.conditioning import grids, two_pass
 from condtok_mm.conditioning.batched import condition_masked, finish
 from condtok_mm.conditioning.diagnostics import BAD_INPUT, FINE
 from condtok_mm.models.token_conditioner import TokenConditioner
-from helpers.repo import load_script
-
-op_counts = load_script('benchmark', 'op_counts.py')
+from condtok_mm.benchmark import op_counts
 
 
 def layer_normed(batch, length, channels, seed=0, dtype=torch.float32):

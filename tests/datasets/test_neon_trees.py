@@ -14,7 +14,8 @@ from PIL import Image
 from condtok_mm.datasets import neon_trees
 from condtok_mm.datasets.neon_trees import (OTHER_SITE_IMAGES, TEST_IMAGE, TRAIN_IMAGE, build, clip_box,
                                             make_neon_trees_dataset, read_voc, sha256_of, tile_origins)
-from helpers.repo import REPO_ROOT, load_script, run_main
+from condtok_mm.datasets import make_neon_trees
+from helpers.repo import REPO_ROOT, run_main
 
 TOOL = osp.join(REPO_ROOT, 'tools', 'dataset', 'make_neon_trees.py')
 # tile 40, no overlap; the 80 x 110 training image: training rows [0, 70), guard [70, 80), validation [80, 110)
@@ -166,19 +167,17 @@ def test_mmdet_reads_the_ignore_regions_as_ignored_instances(wheel, tmp_path):
 
 
 def test_a_wheel_with_another_digest_is_refused_by_the_tool(wheel, tmp_path):
-    result = run_main(load_script('dataset', 'make_neon_trees.py').main, TOOL, '--wheel', wheel, '--out-dir',
-                      str(tmp_path / 'neon'))
+    result = run_main(make_neon_trees.main, TOOL, '--wheel', wheel, '--out-dir', str(tmp_path / 'neon'))
     assert result.returncode == 1
     assert f'SHA-256 {sha256_of(wheel)}, not the pinned {neon_trees.WHEEL_SHA256}' in result.stderr
     assert not osp.exists(tmp_path / 'neon')
 
 
 def test_the_tool_prints_the_counts_the_source_and_the_licence(wheel, tmp_path, monkeypatch):
-    tool = load_script('dataset', 'make_neon_trees.py')
-    monkeypatch.setattr(tool, 'make_neon_trees_dataset',
+    monkeypatch.setattr(make_neon_trees, 'make_neon_trees_dataset',
                         functools.partial(make_neon_trees_dataset, sha256=sha256_of(wheel)))
     options = ['--tile', '40', '--val-rows', '30', '--guard', '10']
-    result = run_main(tool.main, TOOL, '--wheel', wheel, '--out-dir', str(tmp_path / 'neon'), *options)
+    result = run_main(make_neon_trees.main, TOOL, '--wheel', wheel, '--out-dir', str(tmp_path / 'neon'), *options)
     assert result.returncode == 0, result.stderr
     assert 'licence: MIT' in result.stdout and 'weecology/DeepForest' in result.stdout
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[3:]}

@@ -4,7 +4,8 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers.repo import REPO_ROOT, load_script, run_main
+from condtok_mm.deployment import export_tool as tool
+from helpers.repo import REPO_ROOT, run_main
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
@@ -13,7 +14,6 @@ from condtok_mm.deployment.parity import output_parity
 from condtok_mm.registry import MODELS
 
 DEMO_SWIN = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
-tool = load_script('deployment', 'export_onnx.py')
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """TrainingDynamicsHook against a float64 hand computation, its silence between recordings, and
-tools/analysis/compare_training_dynamics.py (its comparison by hand, and two demo variants end to end)."""
+tools/analysis/compare_training_dynamics.py (condtok_mm.analysis.training_dynamics: its comparison by hand, and two
+demo variants end to end)."""
 import copy
 import json
 import math
@@ -22,9 +23,11 @@ from condtok_mm.engine.hooks.training_dynamics import TrainingDynamicsHook
 from condtok_mm.models.layout import find_residual_blocks
 from condtok_mm.models.backbones.vitdet_vit import ViTDetViT
 from condtok_mm.registry import HOOKS
-from helpers.repo import DEMO, REPO_ROOT, load_script, run_tool
+from condtok_mm.analysis.training_dynamics.compare import parse_args
+from condtok_mm.analysis.training_dynamics.separation import separation
+from condtok_mm.analysis.training_dynamics.variants import compare_states
+from helpers.repo import DEMO, REPO_ROOT, run_tool
 
-training_dynamics_tool = load_script('analysis', 'compare_training_dynamics.py')
 BASELINE_DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini_fpn_12e_shapes.py')
 # 2 images of 16 x 16 -> a 4 x 4 grid of 8 channels; block 0 attends in 2 x 2 windows, block 1 globally
 IMAGES = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
@@ -192,7 +195,6 @@ def test_blocks_are_found_in_swin_and_vitdet_and_a_model_without_any_is_refused(
 
 
 def test_separation_is_the_first_and_the_lasting_departure_beyond_the_factor():
-    separation = training_dynamics_tool.separation
     reference = dict(iter=[1, 10, 20, 30, 40], value=[1., 1., 1., 1., 2.])
     # 1.6x at 10, back to 1x at 20, then 1/1.6x and 1.6x (2 x 0.8 at 40) to the end
     variant = dict(iter=[1, 10, 20, 30, 40], value=[1.2, 1.6, 1., 0.625, 3.2])
@@ -204,7 +206,6 @@ def test_separation_is_the_first_and_the_lasting_departure_beyond_the_factor():
 
 
 def test_initial_weights_are_compared_key_by_key():
-    compare_states = training_dynamics_tool.compare_states
     reference = {'backbone.w': torch.ones(2), 'neck.w': torch.zeros(2)}
     assert compare_states(reference, copy.deepcopy(reference))['model_equal']
     other = dict(reference, **{'neck.w': torch.ones(2)})
@@ -215,12 +216,12 @@ def test_initial_weights_are_compared_key_by_key():
 
 
 def test_variant_arguments_are_checked():
-    parse_args = training_dynamics_tool.parse_args
     args = parse_args(['--variant', 'a', DEMO, '--variant', 'b', DEMO, 'model.backbone.conditioning.alpha=0.5'])
     assert args.variants['b']['cfg_options'] == ['model.backbone.conditioning.alpha=0.5']
     assert args.reference == 'a'
     for argv in (['--variant', 'a', DEMO], ['--variant', 'a', DEMO, '--variant', 'a', DEMO],
                  ['--variant', 'a', DEMO, '--variant', 'b', DEMO, 'alpha'],
+                 ['--variant', 'a', DEMO, '--variant', 'b', DEMO, '--cfg-options', 'alpha'],
                  ['--variant', 'a', DEMO, '--variant', 'b', DEMO, '--reference', 'c']):
         with pytest.raises(SystemExit):
             parse_args(argv)

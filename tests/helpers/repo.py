@@ -1,5 +1,5 @@
-"""The checkout the tests run in: its root, the demo config, its tools run in this process or in one of their own,
-and its wheel."""
+"""The checkout the tests run in: its root, the demo config, its tools' entry points run in this process or its
+tools in a process of their own, and its wheel."""
 import glob
 import os.path as osp
 import shutil
@@ -10,10 +10,12 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(REPO_ROOT, 'configs', 'demo', 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py')
 
 
-def load_script(*path):
-    """The script tools/PATH... (tools/ is not a package) loaded as a module named after its file."""
+def load_install_script(name):
+    """tools/NAME loaded as a module named after its file: for the scripts that tools/install.sh runs before
+    condtok_mm and the OpenMMLab stack are installed, which therefore cannot live in the package (the other tools'
+    code is condtok_mm's, which the tests import)."""
     import importlib.util
-    script = osp.join(REPO_ROOT, 'tools', *path)
+    script = osp.join(REPO_ROOT, 'tools', name)
     spec = importlib.util.spec_from_file_location(osp.splitext(osp.basename(script))[0], script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -21,11 +23,11 @@ def load_script(*path):
 
 
 def run_main(main, script, *args):
-    """``main(list(args))``, the entry point of ``script``, run in this process as ``python SCRIPT ARGS`` would
-    run it: its exit status, stdout and stderr as subprocess.run returns them, the exit handled as the interpreter
-    does (``sys.exit(MESSAGE)`` prints MESSAGE to stderr and exits with 1; any other exception fails the test with
-    its traceback). A process of its own would spend ~7 s importing torch, mmdet and condtok_mm, which this one
-    has."""
+    """``main(list(args))``, the entry point of the tool ``script``, run in this process as ``python SCRIPT ARGS``
+    would run it: its exit status, stdout and stderr as subprocess.run returns them, the exit handled as the
+    interpreter does (``sys.exit(MESSAGE)`` prints MESSAGE to stderr and exits with 1; any other exception fails
+    the test with its traceback). A process of its own would spend ~7 s importing torch, mmdet and condtok_mm, which
+    this one has."""
     import contextlib
     import io
     stdout, stderr = io.StringIO(), io.StringIO()

@@ -1,16 +1,18 @@
 """For the suite runner's tests: suite files and the options of their end-to-end cells, suite cells written as a
 suite run leaves them (for the tests of the runner's gathering, tools/suites/run_suite.py --gather-only,
 without training anything), and the runner's command line run in the test's own process."""
+import functools
 import json
 import os
 import os.path as osp
 
+from condtok_mm.suites import run_suite
 from condtok_mm.suites.fingerprint import fingerprint, write_fingerprint
 from condtok_mm.suites.plan import STAGES, cells_of_stage
 from condtok_mm.suites.results import cell_results
 from condtok_mm.suites.schema import load_suite, phase_of
 from helpers.cfg_options import data_options
-from helpers.repo import REPO_ROOT, load_script, run_main
+from helpers.repo import REPO_ROOT, run_main
 
 SCRIPT = osp.join(REPO_ROOT, 'tools', 'suites', 'run_suite.py')
 KAPPA_KEYS = ('kappa/tokens_out_mean/stage0', 'kappa/attn_input_mean/stage0')
@@ -78,10 +80,7 @@ def record_fingerprints(suite_path, out_dir, cfg_options=()):
             cells += new
 
 
-run_suite = load_script('suites', 'run_suite.py')
-
-
 def run_runner(*args):
-    """``python tools/suites/run_suite.py ARGS`` run in this process (:func:`helpers.repo.run_main`); the cells'
-    training and test commands still run as processes of their own."""
-    return run_main(run_suite.main, SCRIPT, *args)
+    """``python tools/suites/run_suite.py ARGS`` run in this process (:func:`helpers.repo.run_main`), for this
+    checkout as the tool runs it; the cells' training and test commands still run as processes of their own."""
+    return run_main(functools.partial(run_suite.main, root=REPO_ROOT), SCRIPT, *args)

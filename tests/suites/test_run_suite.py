@@ -73,7 +73,9 @@ def test_local_commands_are_mmdets_train_and_test_with_the_cpus_shared_out(tmp_p
                      *options]
     assert test == [sys.executable, osp.join(REPO_ROOT, 'tools', 'test.py'), config,
                     osp.join(work_dir, 'epoch_1.pth'), '--work-dir', osp.join(work_dir, 'test'), *options]
-    assert env == dict(OMP_NUM_THREADS='4', MKL_NUM_THREADS='4')  # 8 CPUs, 2 cells at a time
+    # 8 CPUs, 2 cells at a time; this checkout's condtok_mm first on the path, whatever package is installed
+    assert env == dict(OMP_NUM_THREADS='4', MKL_NUM_THREADS='4',
+                       PYTHONPATH=os.pathsep.join([REPO_ROOT, *filter(None, [os.environ.get('PYTHONPATH')])]))
     cell.resume = True
     args = run_suite.parse_args([str(tmp_path / 's.py'), '--out-dir', str(tmp_path / 'out')])
     assert commands(cell, args, 0, REPO_ROOT)[0][5] == '--resume'

@@ -1,8 +1,12 @@
 """tools/suites/run_suite.py end to end in the runner's own process (SIGINT to it stops the training it runs, and
---resume continues the cell from its last checkpoint) and through SLURM (the stand-in srun of tests/fake_slurm);
-tests/suites/test_run_suite.py has the suite files, the commands, the statistics and the other end-to-end runs."""
+--resume continues the cell from its last checkpoint) and through SLURM (the stand-in srun of tests/fake_slurm); the
+cells of a runner for another checkout run that checkout's code and record its commit; tests/suites/test_run_suite.py
+has the suite files, the commands, the statistics and the other end-to-end runs."""
+import argparse
+import functools
 import json
 import os
+import os.path as osp
 import re
 import signal
 import subprocess
@@ -11,8 +15,10 @@ import time
 
 import pytest
 
+from condtok_mm.suites import launch, run_suite
+from condtok_mm.suites.plan import Cell
 from helpers.processes import alive, free_port, process_state, process_tree
-from helpers.repo import REPO_ROOT
+from helpers.repo import REPO_ROOT, run_main
 from helpers.suite_runs import BASELINE, FAKE_SLURM, SCRIPT, run_runner, suite_options, write_suite
 
 
@@ -137,3 +143,67 @@ def test_a_cell_through_slurm_train_and_test_under_the_stand_in_srun(small_shape
     assert srun[:2] == ['-p', 'cpu'] and '--job-name=baseline-lr0.001-seed0' in srun and '--ntasks=1' in srun
     summary = json.loads((out_dir / 'suite.json').read_text())
     assert summary['cells_detail'][0]['status'] == 'ran' and summary['launcher'] == 'slurm'
+
+
+# tools/train.py and tools/test.py of a second checkout, standing in for the real ones: each writes where the
+# condtok_mm it imported lives, the training its final checkpoint, the test a COCO metric where tools/test.py logs it.
+STAND_IN_TOOL = """import json, os, sys
+import condtok_mm
+work_dir = sys.argv[sys.argv.index('--work-dir') + 1]
+os.makedirs(os.path.join(work_dir, '20260101_000000'), exist_ok=True)
+with open(os.path.join(work_dir, 'imported.txt'), 'w') as f:
+    f.write(condtok_mm.__file__)
+if sys.argv[0].endswith('train.py'):
+    open(os.path.join(work_dir, 'epoch_1.pth'), 'w').close()
+else:
+    with open(os.path.join(work_dir, '20260101_000000', '20260101_000000.json'), 'w') as f:
+        json.dump({'coco/bbox_mAP': 0.5}, f)
+"""
+
+
+def second_checkout(root):
+    """A git checkout at ``root`` (a pathlib.Path) with a condtok_mm package of its own and the stand-in tools; its
+    commit as the runner records it."""
+    (root / 'condtok_mm').mkdir(parents=True)
+    (root / 'condtok_mm' / '__init__.py').write_text('')
+    (root / 'tools').mkdir()
+    for name in ('train.py', 'test.py'):
+        (root / 'tools' / name).write_text(STAND_IN_TOOL)
+
+    def git(*args):
+        return subprocess.run(['git', '-C', str(root), '-c', 'user.name=t', '-c', 'user.email=t@t', *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git('init', '-q')
+    git('add', '.')
+    git('commit', '-qm', 'frozen')
+    return git('rev-parse', '--short=12', 'HEAD')
+
+
+def test_a_cell_runs_the_code_of_the_checkout_its_runner_runs_from_and_records_its_commit(tmp_path):
+    """The tools rely on the installed condtok_mm, which is this checkout's (PYTHONPATH here; an editable install
+    elsewhere): a runner for a second checkout gives its cells that checkout's package, so that they run the code
+    of the commit their records name."""
+    root = tmp_path / 'frozen'
+    commit = second_checkout(root)
+    work_dir = tmp_path / 'out' / 'cell'
+    cell = Cell('baseline', 1e-3, 0, str(work_dir), 'c.py', str(root / 'c.py'),
+                checkpoint=str(work_dir / 'epoch_1.pth'), fingerprint={})
+    args = argparse.Namespace(launcher='none', jobs=1, nproc=1, partition=None)
+    cell = launch.run_cell(cell, args, 0, str(root), launch.Children())
+    assert cell.status == 'ran', (work_dir / 'train.log').read_text() + (work_dir / 'test.log').read_text()
+    package = str(root / 'condtok_mm' / '__init__.py')
+    assert (work_dir / 'imported.txt').read_text() == package  # the training
+    assert (work_dir / 'test' / 'imported.txt').read_text() == package  # the test
+    assert json.loads((work_dir / 'suite_cell.json').read_text())['commit'] == commit
+
+
+def test_a_runner_for_another_checkout_stops_naming_the_fix_where_it_imports_this_ones_package(tmp_path):
+    root = tmp_path / 'frozen'
+    second_checkout(root)
+    suite = write_suite(tmp_path / 's.py', dict(baseline=dict(config=BASELINE)), seeds=[0], lrs=[1e-3])
+    result = run_main(functools.partial(run_suite.main, root=str(root)), osp.join(root, 'tools', 'suites',
+                                                                                  'run_suite.py'), suite, '--dry-run')
+    assert result.returncode == 1 and result.stdout == ''
+    assert f'imports the condtok_mm of {osp.realpath(REPO_ROOT)}, not that of the checkout it runs from ({root})' \
+        in result.stderr and f'run it as PYTHONPATH={root} python' in result.stderr

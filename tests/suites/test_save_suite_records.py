@@ -7,10 +7,9 @@ import os.path as osp
 
 import pytest
 
-from helpers.repo import load_script
+from condtok_mm.suites import save_suite_records
 from helpers.suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell, write_suite
 
-save_suite_records = load_script('suites', 'save_suite_records.py')
 VARIANTS = dict(baseline=dict(config=BASELINE), cond=dict(config=CONDITIONED))
 
 

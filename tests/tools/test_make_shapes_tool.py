@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from helpers.repo import REPO_ROOT, load_script, run_main
+from condtok_mm.datasets import make_shapes
+from helpers.repo import REPO_ROOT, run_main
 
 TOOL = osp.join(REPO_ROOT, 'tools', 'dataset', 'make_shapes.py')
-make_shapes = load_script('dataset', 'make_shapes.py')
 
 
 def make(out_dir, num_val, *more):

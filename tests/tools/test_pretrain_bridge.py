@@ -9,8 +9,9 @@ from mmengine.config import Config
 
 import condtok_mm  # noqa: F401
 import condtok_mm.compat
+from condtok_mm.model_converters import mmpretrain_vit2vitdet as converter
 from helpers.pretrained import DEMO, build, pretrained_classifier, saved_classifier
-from helpers.repo import REPO_ROOT, load_script
+from helpers.repo import REPO_ROOT
 # (classification config, detection config it is the pretraining of)
 PAIRS = [('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-pretrained_fpn_12e_shapes.py'),  # P0
          ('swin-mini_1xb32-20e_shapes-cls.py', 'mask-rcnn_swin-mini-condtok-pretrained_fpn_12e_shapes.py'),  # P1
@@ -94,9 +95,6 @@ def test_a_conditioned_mmpretrain_xcit_checkpoint_lands_in_the_xcit_detectors_ba
     assert sorted(set(loaded) - set(pretrained)) == [] and sorted(set(pretrained) - set(loaded)) == []
     for key, value in pretrained.items():
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0, msg=key)
-
-
-converter = load_script('model_converters', 'mmpretrain_vit2vitdet.py')
 
 
 def test_a_conditioned_mmpretrain_vit_checkpoint_converts_into_the_vitdet_detectors_backbone(tmp_path):

@@ -10,9 +10,8 @@ import torch
 from mmengine.logging import HistoryBuffer
 
 from condtok_mm.compat.checkpoint_loading import UnsafeCheckpointError
-from helpers.repo import load_script, run_main
-
-publish_model = load_script('model_converters', 'publish_model.py')
+from condtok_mm.model_converters import publish_model
+from helpers.repo import run_main
 
 
 def training_checkpoint(path):

@@ -4,15 +4,17 @@
 #   1. tools/benchmark/conditioner_cost.py --device cuda --profile (eigh and Newton-Schulz eager, compiled and from a CUDA
 #      graph, beside the float64 floor and the SVD forms; Swin-T and ViTDet-B token grids, B = 2 and 8);
 #   2. the tests of tests/conditioning/test_conditioning_cuda.py (no host sync, CUDA-graph capture, torch.compile,
-#      fp16/bf16 autocast, CPU parity), with condtok_mm.conditioning imported on its own (-p bare_torch);
+#      fp16/bf16 autocast, CPU parity), without tests/conftest.py (it needs the OpenMMLab stack);
 #   3. tools/benchmark/backbone_share.py (the conditioner's share of the Swin-T and ViTDet-B backbone steps).
 # Everything goes to OUT_DIR/gpu_check.json (device, torch, CUDA, commit, each part's rows, the tests' outcomes).
 #   tools/benchmark/gpu_conditioner.sh [OUT_DIR] [BUDGET_S]
 # BUDGET_S (default 300): seconds after which conditioner_cost.py measures eager calls only. PYTHON selects the
 # interpreter; CONDTOK_COMMIT names the commit where the checkout has no git history. Without CUDA it says so and
-# exits 0.
+# exits 0. Every part imports this checkout's condtok_mm (PYTHONPATH), installed or not; where mmengine is not
+# installed, importing it registers nothing and condtok_mm.conditioning runs on its own (condtok_mm/__init__.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
+export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"  # tests/: the helpers the tests import
 PYTHON=${PYTHON:-python3}
 OUT_DIR=${1:-work_dirs/gpu_conditioner}
 BUDGET_S=${2:-300}
@@ -26,8 +28,8 @@ mkdir -p "$OUT_DIR"
 status=0
 "$PYTHON" tools/benchmark/conditioner_cost.py --device cuda --profile --budget-s "$BUDGET_S" \
     --out-dir "$OUT_DIR/conditioner_cost" || status=1
-PYTHONPATH=tools/benchmark${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" -m pytest -p bare_torch --noconftest \
-    -p no:cacheprovider tests/conditioning/test_conditioning_cuda.py --junitxml="$OUT_DIR/gpu_tests.xml" || status=1
+"$PYTHON" -m pytest --noconftest -p no:cacheprovider tests/conditioning/test_conditioning_cuda.py \
+    --junitxml="$OUT_DIR/gpu_tests.xml" || status=1
 "$PYTHON" tools/benchmark/backbone_share.py --device cuda --out-dir "$OUT_DIR/backbone_share" || status=1
 "$PYTHON" - "$OUT_DIR" <<'PY' || status=1
 import json

@@ -7,18 +7,17 @@
     .venv/bin/python docs/en/user_guides/conditioning_facts.py
 """
 import os.path as osp
-import sys
 
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
+import condtok_mm  # noqa: F401  (registration)
+from condtok_mm.conditioning import condition_number, condition_tokens
+from condtok_mm.registry import MODELS
+
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-sys.path.insert(0, REPO_ROOT)
-import condtok_mm  # noqa: E402,F401
-from condtok_mm.conditioning import condition_number, condition_tokens  # noqa: E402
-from condtok_mm.registry import MODELS  # noqa: E402
 
 
 def relative(a, b):

@@ -1,4 +1,5 @@
-"""The conditioner on a CUDA device: what ``tools/benchmark/conditioner_cost.py --device cuda`` measures.
+"""The conditioner on a CUDA device: what ``tools/benchmark/conditioner_cost.py --device cuda`` measures. It imports
+nothing but torch and :mod:`condtok_mm.conditioning`, so that it runs where the OpenMMLab stack is not installed.
 
 For each token grid and batch size: a padded batch of LayerNorm'd random token grids (B, H, W, d) (the odd images'
 valid regions 3/4 x 2/3 of the grid), conditioned by
@@ -24,10 +25,9 @@ import traceback
 from typing import Callable, Dict, List, Optional
 
 import torch
-from bare_torch import import_conditioning
-from op_counts import count_ops
 
-conditioning = import_conditioning()
+from condtok_mm import conditioning
+from .op_counts import count_ops
 
 EXECUTIONS = ('eager', 'compile', 'graph')
 # label: (options of the batched path, or None for the callables below; the executions it is run in)
