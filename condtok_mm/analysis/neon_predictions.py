@@ -10,7 +10,7 @@ image entries give each tile's ``source`` photograph and its ``window`` [x0, y0,
 
 Merge rule, the same for the ground truth and for every model: each tile's boxes are moved into the photograph by
 its window, and **a box is kept only from the tile whose centre is nearest to the box's centre** (on a tie, the
-earlier tile in the annotation file). On a grid of tiles, which is what the tool writes, each tile then owns the
+earlier tile in the annotation file). On a grid of tiles, which make_neon_trees.py writes, each tile then owns the
 rectangle between the midpoints to its neighbours: an overlap is split in its middle, where a crown lies whole in
 both tiles (the test image's overlaps are 351 and 165 px wide, its largest crown 107 px), and a crown is cut only
 where tiles abut without overlapping, as the tile evaluation cuts it (the part with at least half of the crown a
