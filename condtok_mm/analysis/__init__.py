@@ -10,6 +10,7 @@
     get_flops             FLOPs with the token conditioner counted
     summarize_test        the COCO table of a tools/test.py run
     draw_architecture     the figure of where the conditioner sits
+    neon_predictions      detectors' boxes on a NEON photograph beside its ground truth
 
 Not imported by ``condtok_mm``.
 """
