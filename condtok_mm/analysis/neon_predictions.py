@@ -1,7 +1,7 @@
 """Tree-crown detectors' predictions drawn on a NEON photograph beside its ground truth.
 
     python tools/analysis/neon_predictions.py CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] --labels LABEL [LABEL ...] \
-        --out-dir DIR [--split test] [--score-thr 0.3] [--data-root data/neon_trees/] [--metrics JSON [JSON ...]]
+        --out-dir DIR [--split test] [--score-thr 0.3] [--data-root data/neon_trees/] [--metrics JSON [JSON ...]] [--dpi 100]
 
 Each model runs on CPU in eval mode through mmdet's ``init_detector`` and ``inference_detector`` (the config's own
 test pipeline; the checkpoint read with torch's weights-only unpickler, so nothing in it runs) on every tile of
@@ -208,7 +208,7 @@ def predict(config: str, checkpoint: str, paths: Sequence[str], label: str) -> L
 
 
 def draw(photograph: np.ndarray, origin: Tuple[int, int], truth: dict, panels: List[dict], caption: str,
-         path: str) -> None:
+         path: str, dpi: int = 100) -> None:
     """Save the photograph with the ground truth, then each model's predictions, side by side.
 
     Args:
@@ -218,6 +218,7 @@ def draw(photograph: np.ndarray, origin: Tuple[int, int], truth: dict, panels: L
         panels (list): per model a dict of ``title``, ``boxes`` (N, 4) and ``matched`` (N,) bool.
         caption (str): the text under the panels.
         path (str): the PNG to write.
+        dpi (int): its resolution; 6 inches a panel. Default: 100.
     """
     height, width = photograph.shape[:2]
     extent = (origin[0], origin[0] + width, origin[1] + height, origin[1])  # boxes' corners are pixel edges
@@ -242,7 +243,7 @@ def draw(photograph: np.ndarray, origin: Tuple[int, int], truth: dict, panels: L
     fig.legend(handles=legend, loc='lower center', ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.06))
     fig.text(0.5, 0.01, caption, ha='center', va='bottom', fontsize=8, wrap=True)
     fig.subplots_adjust(left=0.01, right=0.99, top=0.93, bottom=0.14, wspace=0.03)
-    fig.savefig(path, dpi=150)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 
@@ -274,7 +275,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         'data/neon_trees/)')
     parser.add_argument('--metrics', nargs='+', help='each model\'s tools/test.py metrics JSON on the split, in '
                         'the same order, for the AP in its panel\'s title')
+    parser.add_argument('--dpi', type=int, default=100, help='the PNG\'s resolution, 6 inches a panel (default: '
+                        '100: 1800 px wide for two models; the crowns\' boxes need more than about 80)')
     args = parser.parse_args(argv)
+    if args.dpi < 1:
+        parser.error(f'--dpi {args.dpi}: give a positive resolution')
     if len(args.models) % 2:
         parser.error(f'{len(args.models)} paths given: give a CONFIG CHECKPOINT pair for each model')
     args.models = list(zip(args.models[0::2], args.models[1::2]))
@@ -335,7 +340,7 @@ def main(argv=None) -> None:
                    f'Predictions drawn with score >= {args.score_thr}; matched: IoU >= {MATCH_IOU} to a tree, '
                    'one to one, highest score first.' + (' AP: tools/test.py on the split\'s tiles.' if args.metrics
                                                          else ''))
-        draw(photograph, origin, truth, panels, caption, osp.join(args.out_dir, f'{source}.png'))
+        draw(photograph, origin, truth, panels, caption, osp.join(args.out_dir, f'{source}.png'), dpi=args.dpi)
         with open(osp.join(args.out_dir, f'{source}.json'), 'w') as f:
             json.dump(record, f, indent=1)
         print('\n'.join(rows))

@@ -159,10 +159,10 @@ def test_a_random_detector_drawn_on_a_two_tile_photograph(tmp_path, monkeypatch)
     monkeypatch.setattr(neon_predictions, 'predict', recorded)
     result = run_main(neon_predictions.main, SCRIPT, CONFIG, str(tmp_path / 'random.pth'), '--labels', 'random',
                       '--data-root', str(tmp_path / 'data'), '--out-dir', str(tmp_path / 'out'), '--score-thr',
-                      '0.3', '--metrics', str(tmp_path / 'metrics.json'))
+                      '0.3', '--metrics', str(tmp_path / 'metrics.json'), '--dpi', '40')
     assert result.returncode == 0, result.stderr[-3000:]
     with Image.open(tmp_path / 'out' / 'photo.png') as image:
-        assert image.width > image.height > 0
+        assert image.width == 2 * 6 * 40 and image.width > image.height > 0  # two panels of 6 inches at 40 dpi
     record = json.loads((tmp_path / 'out' / 'photo.json').read_text())
     assert record['size'] == [64, 100] and record['origin'] == [0, 0] and record['tiles'] == 2
     assert record['ground_truth'] == dict(trees=[list(map(float, crown))], ignore=[list(map(float, ignore))])
