@@ -1,7 +1,8 @@
 """Tree-crown detectors' predictions drawn on a NEON photograph beside its ground truth.
 
     python tools/analysis/neon_predictions.py CONFIG CHECKPOINT [CONFIG CHECKPOINT ...] --labels LABEL [LABEL ...] \
-        --out-dir DIR [--split test] [--score-thr 0.3] [--data-root data/neon_trees/] [--metrics JSON [JSON ...]] [--dpi 100]
+        --out-dir DIR [--split test] [--score-thr 0.3] [--data-root data/neon_trees/] [--metrics JSON [JSON ...]] \
+        [--dpi 100]
 
 Each model runs on CPU in eval mode through mmdet's ``init_detector`` and ``inference_detector`` (the config's own
 test pipeline; the checkpoint read with torch's weights-only unpickler, so nothing in it runs) on every tile of
