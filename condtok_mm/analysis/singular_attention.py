@@ -217,6 +217,10 @@ def arms_of(results: List[dict]) -> List[dict]:
     return grouped
 
 
+def plural(count: int, noun: str) -> str:
+    return f'{count} {noun}' + ('s' if count != 1 else '')
+
+
 def fmt_share(share: Optional[float]) -> str:
     return '—' if share is None else f'{100 * share:.3g} %'
 
@@ -241,7 +245,8 @@ def markdown(arms: List[dict], split: str) -> str:
     lines += ['', f'Share of matrices with κ > 2^24 ≈ {SINGULAR_KAPPA:.3g} (numerically singular in float32: 1/u, u '
               f"float32's unit roundoff), on the {split} images of each cell's checkpoint: per arm the mean over its "
               "cells, each cell's share in brackets. Descriptive: "
-              f'{len(keys)} rows × {len(arms)} arms; read across arms the table holds {pairs} pairwise comparisons, '
+              f'{plural(len(keys), "row")} × {plural(len(arms), "arm")}; read across arms the table holds '
+              f'{plural(pairs, "pairwise comparison")}, '
               'none tested and none corrected for multiplicity.']
     return '\n'.join(lines)
 

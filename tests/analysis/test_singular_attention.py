@@ -241,15 +241,16 @@ def cell_result(variant, lr, seed, shares):
 
 def test_the_table_gives_each_variant_its_mean_share_over_seeds_and_counts_its_comparisons(tmp_path):
     results = [cell_result('A_baseline', 1e-3, 9, [0.25, 1.0]), cell_result('A_baseline', 1e-3, 10, [0.5, 0.875]),
-               cell_result('B_conditioned', 2e-3, 9, [0.0, 0.125]), cell_result('D_norm_matched', 1e-3, 9, [0, 0])]
+               cell_result('B_conditioned', 2e-3, 9, [0.0, 0.125]), cell_result('B_conditioned', 1e-3, 9, [0.5, 0.5]),
+               cell_result('D_norm_matched', 1e-3, 9, [0, 0])]
     arms = singular_attention.arms_of(results)
     assert [arm['arm'] for arm in arms] == ['A_baseline (lr0.001)', 'B_conditioned (lr0.002)',
-                                            'D_norm_matched (lr0.001)']
+                                            'B_conditioned (lr0.001)', 'D_norm_matched (lr0.001)']
     assert arms[0]['shares']['attn_softmax/layer00']['mean'] == pytest.approx(0.375)
     assert arms[0]['shares']['attn_softmax/layer01']['mean'] == pytest.approx(0.9375)
     text = singular_attention.markdown(arms, 'val')
-    assert '| 37.5 % (seed 9 25 %, seed 10 50 %) | 0 % (seed 9 0 %) |' in text
-    assert '2 rows × 3 arms; read across arms the table holds 6 pairwise comparisons, none tested and none ' \
+    assert '| 37.5 % (seed 9 25 %, seed 10 50 %) | 0 % (seed 9 0 %) | 50 % (seed 9 50 %) | 0 % (seed 9 0 %) |' in text
+    assert '2 rows × 4 arms; read across arms the table holds 12 pairwise comparisons, none tested and none ' \
            'corrected for multiplicity' in text
     singular_attention.plot(arms, str(tmp_path / 'shares.png'))
     assert (tmp_path / 'shares.png').stat().st_size > 0
