@@ -35,7 +35,6 @@ import matplotlib
 import numpy as np
 import torch
 from mmengine.config import Config
-from mmengine.logging import print_log
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 from tqdm import tqdm
@@ -71,7 +70,11 @@ EVERY_MATRIX = sys.maxsize  # the probe's limits on matrices per layer and on th
 
 def summarise(kappas: np.ndarray) -> dict:
     """The count of matrices, how many and what share have κ > SINGULAR_KAPPA, and the median and geometric mean κ
-    of the others (None where every matrix is singular)."""
+    of the others (None where every matrix is singular).
+
+    Args:
+        kappas (np.ndarray): κ of each matrix (the probe's: float64, capped at 1e16).
+    """
     singular = kappas > SINGULAR_KAPPA
     resolved = kappas[~singular]
     return dict(matrices=int(kappas.size), singular=int(singular.sum()),
@@ -81,9 +84,14 @@ def summarise(kappas: np.ndarray) -> dict:
 
 
 def read_cell(cell_dir: str, checkpoint: Optional[str]) -> dict:
-    """What a work dir holds for the measurement: its suite record (None for a plain work dir), dumped config and
-    checkpoint (``checkpoint``, a file in the work dir, or the config's final one), the latter's SHA-256 checked
-    against the record; raises ValueError naming what is missing or differs."""
+    """What a work dir holds for the measurement: its name, what its suite record says of it (None for a plain work
+    dir), its dumped config (loaded) and its checkpoint with the SHA-256 checked against the record; raises
+    ValueError naming what is missing or differs.
+
+    Args:
+        cell_dir (str): a training run's work dir.
+        checkpoint (str, optional): the checkpoint's file name in the work dir; None: the config's final one.
+    """
     if not osp.isdir(cell_dir):
         raise ValueError(f'{cell_dir} is not a directory: give the work dir of a training run (a suite cell\'s '
                          'work dir, e.g. work_dirs/suites/SUITE/VARIANT/lrRATE/seedN)')
@@ -120,7 +128,12 @@ def read_cell(cell_dir: str, checkpoint: Optional[str]) -> dict:
 
 
 def load_model(cfg: Config, checkpoint: str) -> torch.nn.Module:
-    """The config's model on the CPU in eval mode with the checkpoint's weights (all of them, weights-only)."""
+    """The config's model on the CPU in eval mode with the checkpoint's weights (all of them, weights-only).
+
+    Args:
+        cfg (Config): the config whose ``model`` is built.
+        checkpoint (str): the checkpoint's path.
+    """
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     model = MODELS.build(cfg.model)
     with weights_only_loading():
@@ -133,7 +146,13 @@ def load_model(cfg: Config, checkpoint: str) -> torch.nn.Module:
 
 
 def build_loader(cfg: Config, split: str, max_images: Optional[int]):
-    """The config's ``{split}_dataloader`` in this process, on its first ``max_images`` images (all for None)."""
+    """The config's ``{split}_dataloader``, loading in this process.
+
+    Args:
+        cfg (Config): the config.
+        split (str): 'val' or 'test'.
+        max_images (int, optional): only the first this many images; None: all.
+    """
     loader_cfg = cfg.get(f'{split}_dataloader')
     if not loader_cfg:
         raise ValueError(f'{cfg.filename} has no {split}_dataloader: choose another --split')
@@ -146,9 +165,15 @@ def build_loader(cfg: Config, split: str, max_images: Optional[int]):
 
 
 def measure(model: torch.nn.Module, loader, bar) -> dict:
-    """κ of every recorded matrix ({'<quantity>/<stage or layer>': float64 array}) over the loader's images run
-    through ``model.test_step``, and the number of padded images measured on their padding too (their
-    preprocessor records no valid region)."""
+    """κ of every matrix of QUANTITIES (``kappas``: {'<quantity>/<stage or layer>': float64 array}) over the
+    loader's images run through ``model.test_step``, and the number of padded images measured with their padding
+    (``padded_images``: their preprocessor records no valid region).
+
+    Args:
+        model (nn.Module): a detector in eval mode, with a ``backbone`` and a ``data_preprocessor``.
+        loader (DataLoader): the images.
+        bar (tqdm): advanced by one per image.
+    """
     probe = KappaProbe(model.backbone, max_matrices=EVERY_MATRIX, max_attention_tokens=EVERY_MATRIX)
     records_valid_region = isinstance(model.data_preprocessor, ValidRegionDetDataPreprocessor)
     padded = 0
@@ -173,20 +198,26 @@ def measure(model: torch.nn.Module, loader, bar) -> dict:
 
 
 def ordered_keys(keys) -> List[str]:
-    """'<quantity>/<where>' keys in the order of QUANTITIES, then of their stage or layer."""
+    """``keys`` ('<quantity>/<where>') in the order of QUANTITIES, then of their stage or layer."""
     return sorted(keys, key=lambda key: (list(QUANTITIES).index(key.split('/')[0]), key.split('/')[1]))
 
 
 def measure_cell(cell: dict, split: str, max_images: Optional[int]) -> dict:
-    """The cell's result: what it is, the images measured and :func:`summarise` of every quantity."""
+    """The cell's result: what it is, the images measured and :func:`summarise` of every quantity.
+
+    Args:
+        cell (dict): :func:`read_cell`'s.
+        split (str): the dataloader whose images are measured, 'val' or 'test'.
+        max_images (int, optional): only its first this many images; None: all.
+    """
     model = load_model(cell['cfg'], cell['checkpoint'])
     loader = build_loader(cell['cfg'], split, max_images)
     with tqdm(total=len(loader.dataset), desc=cell['name'], unit='img') as bar:
         measured = measure(model, loader, bar)
     if measured['padded_images']:
-        print_log(f'{cell["name"]}: {measured["padded_images"]} padded images measured with their padding (the '
-                  "config's data preprocessor records no valid region; ValidRegionDetDataPreprocessor does)",
-                  logger='current')
+        print(f'warning: {cell["name"]}: {measured["padded_images"]} padded images measured with their padding '
+              "(the config's data preprocessor records no valid region; ValidRegionDetDataPreprocessor does)",
+              file=sys.stderr)
     result = {key: cell[key] for key in ('name', 'cell_dir', 'variant', 'lr', 'seed', 'commit', 'config', 'checkpoint',
                                          'checkpoint_sha256', 'checked')}
     kappas = measured['kappas']
@@ -198,7 +229,11 @@ def measure_cell(cell: dict, split: str, max_images: Optional[int]) -> dict:
 
 def arms_of(results: List[dict]) -> List[dict]:
     """The cells grouped by variant and rate (a plain work dir is an arm of its own), with each arm's mean share
-    per quantity over its cells and each cell's share."""
+    per quantity over its cells and each cell's share.
+
+    Args:
+        results (list[dict]): :func:`measure_cell`'s, one per cell.
+    """
     arms = {}
     for result in results:
         label = (f'{result["variant"]} ({lr_name(result["lr"])})' if result['variant'] is not None
@@ -226,6 +261,12 @@ def fmt_share(share: Optional[float]) -> str:
 
 
 def markdown(arms: List[dict], split: str) -> str:
+    """The table of each arm's mean share per quantity, each cell's beside it, with its caption.
+
+    Args:
+        arms (list[dict]): :func:`arms_of`'s.
+        split (str): the split measured, named in the caption.
+    """
     keys = ordered_keys(set.union(*(set(arm['shares']) for arm in arms)))
     lines = ['| quantity | where | ' + ' | '.join(arm['arm'] for arm in arms) + ' |',
              '|---|---|' + '---|' * len(arms)]
@@ -253,7 +294,12 @@ def markdown(arms: List[dict], split: str) -> str:
 
 def plot(arms: List[dict], path: str) -> None:
     """The share singular per layer, softmax matrices and attention outputs: one line per arm (its mean), its
-    cells' shares as dots."""
+    cells' shares as dots.
+
+    Args:
+        arms (list[dict]): :func:`arms_of`'s.
+        path (str): the PNG written.
+    """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False, constrained_layout=True)
     for ax, quantity in zip(axes[0], ('attn_softmax', 'attn_out')):
         for index, arm in enumerate(arms):

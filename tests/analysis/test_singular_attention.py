@@ -31,17 +31,17 @@ CONFIG_NAME = 'mask-rcnn_swin-mini-condtok_fpn_12e_shapes.py'
 CELL = 'B_conditioned/lr0.001/seed3'
 
 
-def shapes(folder, black=False):
-    """Three 128 x 128 validation images (every stage's token grid a multiple of the 4 x 4 window, so that no
+def shapes(folder, black=False, image_size=(128, 128)):
+    """Three validation images (128 x 128: every stage's token grid a multiple of the 4 x 4 window, so that no
     window holds padding), black where asked."""
-    make_shapes_dataset(str(folder), num_train=0, num_val=3, image_size=(128, 128), seed=5)
+    make_shapes_dataset(str(folder), num_train=0, num_val=3, image_size=image_size, seed=5)
     if black:
         for path in (folder / 'val').glob('*.png'):
             Image.fromarray(np.zeros((128, 128, 3), np.uint8)).save(path)
     return str(folder)
 
 
-def write_cell(work_dir, data_root, record=True):
+def write_cell(work_dir, data_root, record=True, preprocessor='ValidRegionDetDataPreprocessor'):
     """A work dir as a training run leaves it: the dumped config (naming the hook 8641aba registered), a checkpoint
     of the demo model (initial weights, attention's q, k and v scaled) and, for a suite cell, its record with the
     checkpoint's SHA-256."""
@@ -50,6 +50,7 @@ def write_cell(work_dir, data_root, record=True):
     cfg.merge_from_dict(cfg_options_dict(data_options(data_root, 1)))
     cfg.val_dataloader.batch_size = 2  # a full batch and a partial one
     cfg.custom_hooks = [OLD_HOOK]
+    cfg.model.data_preprocessor.type = preprocessor
     cfg.dump(str(work_dir / CONFIG_NAME))
     init_default_scope('mmdet')
     torch.manual_seed(0)
@@ -230,6 +231,18 @@ def test_an_all_zero_image_gives_finite_results(tmp_path):
     assert cell['quantities']['tokens_in/stage0'] == dict(matrices=1, singular=1, share=1.0, resolved_median=None,
                                                           resolved_geomean=None)
     json.loads((tmp_path / 'out' / 'singular_attention.json').read_text(), parse_constant=refuse)
+
+
+def test_padded_images_measured_with_their_padding_are_counted(tmp_path):
+    """80 x 128 images are padded to 96 x 128; mmdet's DetDataPreprocessor records no valid region, so the probe
+    measures their padding's windows too, and the result says how many images that holds."""
+    data_root = shapes(tmp_path / 'short', image_size=(80, 128))
+    work_dir = write_cell(tmp_path / 'plain', data_root, record=False, preprocessor='DetDataPreprocessor')
+    result = run_main(singular_attention.main, 'singular_attention.py', work_dir, '--out-dir', str(tmp_path / 'out'),
+                      '--checkpoint', 'epoch_1.pth', '--max-images', '2')
+    assert result.returncode == 0, result.stderr
+    assert '2 padded images measured with their padding' in result.stdout + result.stderr
+    assert json.loads((tmp_path / 'out' / 'plain.json').read_text())['padded_images'] == 2
 
 
 def cell_result(variant, lr, seed, shares):
