@@ -311,6 +311,8 @@ def plot(arms: List[dict], path: str) -> None:
             for key, layer in zip(keys, layers):
                 shares = [100 * s for s in arm['shares'][key]['per_cell'].values() if s is not None]
                 ax.scatter([layer] * len(shares), shares, s=10, alpha=0.4, color=colour)
+        ax.set_xticks(sorted({int(key.split('/')[1][len('layer'):]) for arm in arms for key in arm['shares']
+                              if key.startswith(quantity + '/')}))
         ax.set_xlabel('layer')
         ax.set_ylabel('share with κ > 2^24 (%)')
         ax.set_title(QUANTITIES[quantity], fontsize=9)
