@@ -4,6 +4,7 @@
     plot_conditioning     κ over training from AttentionKappaHook's scalars
     measure_token_scale   the token scale ||X + C||_F / ||X||_F of each dose of the conditioning
     attention_kappa       κ per arm of a suite run, at the start, middle and end of training
+    singular_attention    the share of numerically singular (κ > 2**24) windows per attention layer of a cell
     dose_response         AP against each method's strength, from a finished suite run
     repeatability         how far two runs of one cell differ
     training_dynamics     variants trained from the same initial weights, compared block by block
