@@ -5,6 +5,7 @@
     measure_token_scale   the token scale ||X + C||_F / ||X||_F of each dose of the conditioning
     attention_kappa       κ per arm of a suite run, at the start, middle and end of training
     dose_response         AP against each method's strength, from a finished suite run
+    confirmatory_answer   the confirmatory study's answer from its records, by its declared rule
     repeatability         how far two runs of one cell differ
     training_dynamics     variants trained from the same initial weights, compared block by block
     get_flops             FLOPs with the token conditioner counted
