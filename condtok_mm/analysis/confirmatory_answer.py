@@ -34,6 +34,7 @@ EDGES = {'lowest': "at the grid's edge (its lowest rate)", 'extension': "at the 
 
 
 def fmt_lr(lr):
+    """A rate, or 'not chosen' for None."""
     return 'not chosen' if lr is None else f'{lr:g}'
 
 
@@ -113,6 +114,8 @@ def markdown(result, rule, record_dir):
 
 
 def machine_lines(result, rule):
+    """Each reported cell's commit and CPU kind by seed, the counts, and the seeds whose arms did not share one CPU
+    kind with the primary described without them."""
     machine = result['machines']
     by_seed = {}
     for cell in machine['cells']:

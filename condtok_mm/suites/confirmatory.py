@@ -36,8 +36,8 @@ class ConfirmatoryRule:
         family (tuple[str]): the arms compared with the reference that Holm's adjustment covers, the primary first.
             Default: ('B_conditioned', 'D_norm_matched').
         metric (str): the endpoint, test (and validation) bbox AP. Default: 'coco/bbox_mAP'.
-        margin_ap (float): reading 3 needs the primary's interval below it: "no reading goes below" this gap, the
-            smallest a user would act on. Default: 2.0.
+        margin_ap (float): reading 3 needs the interval of an arm's difference to end below it: the smallest gap a
+            user would act on, which no reading goes below. Default: 2.0.
         converged_below_ap (float): an arm converged where |mean of AP(36) - AP(33)| is below it. Default: 1.0.
         rising_above_ap (float): an arm is still rising where that change's interval starts above it, whatever
             the gate says. Default: 0.5.
@@ -59,6 +59,7 @@ class ConfirmatoryRule:
 
     @property
     def primary(self):
+        """The arm of the primary endpoint (the family's first)."""
         return self.family[0]
 
 
@@ -235,6 +236,21 @@ def machines(suite, records):
                 cpus=cpus_of(records.values()))
 
 
+def family_comparisons(test, rule):
+    """The comparisons of the test metric (``test``: {arm: {seed: value}}), paired by seed: each arm of the family
+    against the reference, with its Holm-adjusted p over the family, then its last arm against its first (D - B),
+    outside the family (no adjusted p)."""
+    comparisons = [dict(arm=name, reference=rule.reference, in_family=True,
+                        difference=paired_difference(test[name], test[rule.reference])) for name in rule.family]
+    comparisons.append(dict(arm=rule.family[-1], reference=rule.primary, in_family=False,
+                            difference=paired_difference(test[rule.family[-1]], test[rule.primary])))
+    adjusted = holm({c['arm']: c['difference']['p'] for c in comparisons
+                     if c['in_family'] and c['difference'] and c['difference']['p'] is not None})
+    for comparison in comparisons:
+        comparison['p_holm'] = adjusted.get(comparison['arm']) if comparison['in_family'] else None
+    return comparisons
+
+
 def answer(suite, cells, rule):
     """The study's answer from its gathered ``cells`` (:func:`gather_cells`) under ``rule``
     (:class:`ConfirmatoryRule`): a JSON-ready dict with the rates, the reported cells (finished, missing), each
@@ -253,15 +269,7 @@ def answer(suite, cells, rule):
     rows = validation_rows(suite, finished, chosen)
     curves = validation_by_seed(rows)
     gates = {name: convergence_gate(curves.get(name, {}), suite.seeds, rule) for name in suite.variants}
-    comparisons = [dict(arm=name, reference=rule.reference, in_family=True,
-                        difference=paired_difference(test[name], test[rule.reference])) for name in rule.family]
-    secondary, primary = rule.family[-1], rule.primary
-    comparisons.append(dict(arm=secondary, reference=primary, in_family=False,
-                            difference=paired_difference(test[secondary], test[primary])))
-    adjusted = holm({c['arm']: c['difference']['p'] for c in comparisons
-                     if c['in_family'] and c['difference'] and c['difference']['p'] is not None})
-    for comparison in comparisons:
-        comparison['p_holm'] = adjusted.get(comparison['arm']) if comparison['in_family'] else None
+    comparisons = family_comparisons(test, rule)
     complete = not missing
     readings = {}
     for comparison in comparisons[:len(rule.family)]:
@@ -271,7 +279,7 @@ def answer(suite, cells, rule):
     machine = machines(suite, records)
     kept = [seed for seed in machine['whole_seeds'] if seed not in machine['mixed_seeds']]
     machine['primary_without_mixed'] = paired_difference(
-        {s: v for s, v in test[primary].items() if s in kept},
+        {s: v for s, v in test[rule.primary].items() if s in kept},
         {s: v for s, v in test[rule.reference].items() if s in kept}) if machine['mixed_seeds'] else None
     gaps = [dict(arm=row['variant'], epoch=row['epoch'], early_budget=row['epoch'] == rule.early_epoch,
                  difference=row['difference']) for row in rows if row['difference'] is not None]

@@ -105,7 +105,8 @@ def write_study(suite, root, b_minus_a, d_minus_a, changes, best=None, cpus=None
             curve[36] = curve[33] + changes[variant][i]
             validation.setdefault(variant, {})[seed] = curve
             bbox = None if (variant, seed) in untested else test[variant][seed] / 100
-            write_cell(str(root), variant, best[variant], seed, bbox, bbox, [2.0, 1.5, 1.0],
+            segm = None if bbox is None else 0.8 * bbox  # not the endpoint
+            write_cell(str(root), variant, best[variant], seed, bbox, segm, [2.0, 1.5, 1.0],
                        validations={epoch: value / 100 for epoch, value in curve.items()})
             write_record(suite, root, variant, best[variant], seed, cpu=(cpus or {}).get((variant, seed), CPU),
                          held_out=(variant, seed) not in not_held_out)
@@ -279,12 +280,13 @@ def test_until_every_reported_cell_finished_the_answer_is_incomplete_naming_the_
 
 
 def test_seeds_whose_arms_ran_on_other_cpus_are_left_out_of_a_description_and_not_of_the_decision(suite, tmp_path):
-    cpus = {(B, 9): 'Intel Xeon (AVX2)', (D, 10): None}  # a CPU not recorded shares no kind
+    # a CPU not recorded shares no kind, not even with another not recorded
+    cpus = {(B, 9): 'Intel Xeon (AVX2)', (A, 10): None, (B, 10): None, (D, 10): None}
     test, _ = write_study(suite, tmp_path, AHEAD, NULL_WIDE, flat_changes(), cpus=cpus)
     result = answer_of(suite, tmp_path)
     machines = result['machines']
     assert machines['mixed_seeds'] == [9, 10]
-    assert machines['cpus'] == {CPU: 34, 'Intel Xeon (AVX2)': 1, 'not recorded': 1}
+    assert machines['cpus'] == {CPU: 32, 'Intel Xeon (AVX2)': 1, 'not recorded': 3}
     assert machines['commits'] == {'8641aba33594': 36}
     kept = [s for s in SEEDS if s not in (9, 10)]
     d = [as_read(test[B][s]) - as_read(test[A][s]) for s in kept]
@@ -326,6 +328,20 @@ def test_a_tie_on_the_selection_seeds_goes_to_the_smaller_rate(suite, tmp_path):
         record['coco/bbox_mAP'] = selection_ap(D, 2e-3, seed, {D: 2e-3}) / 100
         path.write_text(json.dumps(record))
     assert answer_of(suite, tmp_path)['rates'][D]['lr'] == 1e-3
+
+
+def test_the_rules_defaults_are_the_numbers_the_suites_header_declares(suite):
+    with open(CONFIRM) as f:
+        header = ' '.join(word for line in f if line.startswith('#') for word in line.lstrip('#').split())
+    first, last = RULE.gate_epochs
+    for declared in (f'bbox AP at epochs {first} and {last}', f'AP({last}) - AP({first})',
+                     f'the mean is below {RULE.converged_below_ap:g} AP in size',
+                     f"the interval's low end is above {RULE.rising_above_ap:g} AP",
+                     f'lo > 0 and p <= {RULE.alpha:g}, and A converged and not rising',
+                     f'"not a better final detector by {RULE.margin_ap:g} AP or more": hi < {RULE.margin_ap:g},',
+                     f'with the epoch-{RULE.early_epoch} gap as the early-budget comparison'):
+        assert declared in header, declared
+    assert (suite.reference, suite.family, suite.metric) == (RULE.reference, list(RULE.family), RULE.metric)
 
 
 def test_a_rule_that_is_not_the_suites_is_refused_naming_what_differs(suite):
