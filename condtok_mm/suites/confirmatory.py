@@ -1,0 +1,295 @@
+"""The answer of the confirmatory study (configs/suites/demo_confirm_swin.py) from its cells' records, by the rule
+its header declared before any cell ran: each arm's rate as the suite's runner chooses it on the selection seeds;
+on the reported seeds the test bbox AP of B - A (primary) and D - A (secondary), paired by seed, Holm-adjusted over
+that family, and D - B outside it; each arm's convergence gate (validation AP at epoch 36 minus 33); the first of
+the ordered readings that holds; the validation gaps at every epoch, described; each cell's commit and CPU kind, and
+the primary without the seeds whose arms ran on different kinds of CPU, described.
+
+The rule's numbers are those of :class:`ConfirmatoryRule`, whose defaults quote the suite's header; every function
+here takes it as an argument. Nothing is decided until every reported cell has finished (a test result on the
+held-out split for every arm and seed): until then the answer is "not resolved (incomplete)", with the cells that
+are missing, and the tables describe what exists. The records are read as tools/suites/run_suite.py reads them
+(its plan, its cell readers, its statistics); nothing else is read or written here.
+"""
+import dataclasses
+from typing import Tuple
+
+from .fingerprint import HELD_OUT_KEY, cell_record
+from .plan import STAGES, cells_of_stage, chosen_lr, unfinished_selection
+from .report import commits_of, cpus_of
+from .results import UnreadableCellFile, cell_results
+from .schema import phase_of
+from .statistics import holm, metric_by_seed, paired_difference
+from .tables import validation_rows, with_values
+
+SUITE_FILE = 'configs/suites/demo_confirm_swin.py'  # the study, relative to the checkout
+INCOMPLETE = 'not resolved (incomplete)'
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmatoryRule:
+    """The decision rule of configs/suites/demo_confirm_swin.py, as its header declares it (the defaults quote it;
+    a change is a new study).
+
+    Args:
+        reference (str): the baseline arm every family comparison is taken against. Default: 'A_baseline'.
+        family (tuple[str]): the arms compared with the reference that Holm's adjustment covers, the primary first.
+            Default: ('B_conditioned', 'D_norm_matched').
+        metric (str): the endpoint, test (and validation) bbox AP. Default: 'coco/bbox_mAP'.
+        margin_ap (float): reading 3 needs the interval of an arm's difference to end below it: the smallest gap a
+            user would act on, which no reading goes below. Default: 2.0.
+        converged_below_ap (float): an arm converged where |mean of AP(36) - AP(33)| is below it. Default: 1.0.
+        rising_above_ap (float): an arm is still rising where that change's interval starts above it, whatever
+            the gate says. Default: 0.5.
+        gate_epochs (tuple[int, int]): the validations the gate compares, both after the last rate cut.
+            Default: (33, 36).
+        alpha (float): readings 1 and 2 need the Holm-adjusted p at most this. Default: 0.05.
+        early_epoch (int): the validation whose gap is the early-budget comparison (described, not decided).
+            Default: 12.
+    """
+    reference: str = 'A_baseline'
+    family: Tuple[str, ...] = ('B_conditioned', 'D_norm_matched')
+    metric: str = 'coco/bbox_mAP'
+    margin_ap: float = 2.0
+    converged_below_ap: float = 1.0
+    rising_above_ap: float = 0.5
+    gate_epochs: Tuple[int, int] = (33, 36)
+    alpha: float = 0.05
+    early_epoch: int = 12
+
+    @property
+    def primary(self):
+        """The arm of the primary endpoint (the family's first)."""
+        return self.family[0]
+
+
+def rule_mismatch(suite, rule):
+    """None where the suite's arms, reference, family and metric are the rule's, else what differs (the rule is
+    this study's: another suite needs its own)."""
+    arms = {rule.reference, *rule.family}
+    if set(suite.variants) != arms:
+        return f'{suite.path} has the arms {sorted(suite.variants)}, the rule {sorted(arms)}'
+    if suite.reference != rule.reference or list(suite.family) != list(rule.family) or suite.metric != rule.metric:
+        return (f'{suite.path} declares reference {suite.reference!r}, family {suite.family} and metric '
+                f'{suite.metric!r}; the rule {rule.reference!r}, {list(rule.family)} and {rule.metric!r}')
+    return None
+
+
+def gather_cells(suite, record_dir, progress=lambda cells: cells):
+    """Every cell of ``suite`` that the records in ``record_dir`` (a suite run's --out-dir or its saved records)
+    make known, each with its results, stage by stage as the runner plans them: the selection cells, the extension
+    rate where the suite extends a best rate at the top of its grid, and the reported cells of each arm whose rate
+    is chosen (every selection cell of it finished). ``progress`` wraps each stage's list of cells (a tqdm)."""
+    phases = phase_of(suite)
+    cells = []
+    for phase in range(max(phases.values()) + 1):
+        for stage in STAGES:
+            new, _ = cells_of_stage(suite, phase, stage, phases, cells, record_dir, [])
+            for cell in progress(new) if new else ():
+                cell.results = cell_results(cell, suite.escape)
+            cells += new
+    return cells
+
+
+def chosen_rates(suite, cells):
+    """{arm: dict(lr, waiting, edge, selection)}: the rate the runner reports the arm at (None while ``waiting``
+    says which selection cells have not finished), whether that is at the grid's edge ('lowest': its grid's lowest
+    rate; 'extension': the rate added above its top), and per rate the selection seeds' metric."""
+    rates = {}
+    for name, variant in suite.variants.items():
+        selection = [cell for cell in cells if cell.variant == name and cell.seed in suite.selection_seeds]
+        waiting = unfinished_selection(suite, cells, name)
+        lr = None if waiting else chosen_lr(suite, cells, name)
+        edge = None
+        if lr is not None and lr == min(variant.lrs):
+            edge = 'lowest'
+        elif lr is not None and suite.extend_top and lr == 2 * max(variant.lrs):
+            edge = 'extension'
+        per_rate = [dict(lr=rate, planned=sum(cell.lr == rate for cell in selection),
+                         metric=with_values(metric_by_seed(selection, name, rate, suite.metric)))
+                    for rate in sorted({cell.lr for cell in selection})]
+        rates[name] = dict(lr=lr, waiting=waiting, edge=edge, selection=per_rate)
+    return rates
+
+
+def reported_record_problem(suite, cell, record):
+    """What in a reported cell's suite_cell.json keeps its test result out of the answer, or None: no record, a
+    record of another cell, or one without the held-out test options (its test read other images)."""
+    if record is None:
+        return 'no suite_cell.json: which cell and which test images it had is not known'
+    if (record.get('variant'), record.get('seed'), record.get('lr')) != (cell.variant, cell.seed, cell.lr):
+        return (f"its suite_cell.json is that of {record.get('variant')} lr {record.get('lr')} seed "
+                f"{record.get('seed')}")
+    if record.get(HELD_OUT_KEY) != list(suite.held_out):
+        return (f'its suite_cell.json does not record the held-out test split ({HELD_OUT_KEY}: '
+                f'{record.get(HELD_OUT_KEY)!r}): its test read other images')
+    return None
+
+
+def reported_cells(suite, cells, rates, metric):
+    """(finished, records, missing) of the reported seeds: the cells with a test ``metric`` and a record that says
+    they were tested on the held-out split; {(arm, seed): their suite_cell.json}; one dict(variant, lr, seed, why)
+    for every arm and reported seed without such a cell, in seed order."""
+    finished, records, missing = [], {}, []
+    for seed in suite.seeds:
+        for name in suite.variants:
+            lr = rates[name]['lr']
+            if lr is None:
+                missing.append(dict(variant=name, lr=None, seed=seed,
+                                    why=f'no rate chosen yet: {rates[name]["waiting"]}'))
+                continue
+            cell = next(c for c in cells if (c.variant, c.lr, c.seed) == (name, lr, seed))
+            results = cell.results or {}
+            try:
+                record = cell_record(cell)
+            except UnreadableCellFile as error:
+                record, why = None, str(error)
+            else:
+                why = reported_record_problem(suite, cell, record)
+            if 'unreadable' in results:
+                why = results['unreadable']
+            elif metric not in results.get('metrics', {}):
+                why = 'no test result (not run, or not finished)'
+            if why:
+                missing.append(dict(variant=name, lr=lr, seed=seed, why=why))
+            else:
+                finished.append(cell)
+                records[name, seed] = record
+    return finished, records, missing
+
+
+def validation_by_seed(rows):
+    """{arm: {epoch: {seed: value}}} of :func:`~condtok_mm.suites.tables.validation_rows`."""
+    curves = {}
+    for row in rows:
+        values = row['metric'] or dict(seeds=[], values=[])
+        curves.setdefault(row['variant'], {})[row['epoch']] = dict(zip(values['seeds'], values['values']))
+    return curves
+
+
+def convergence_gate(curve, seeds, rule):
+    """The gate of one arm from its validations ``curve`` ({epoch: {seed: AP}}): the paired change between the
+    rule's gate epochs over the reported ``seeds`` (mean, 95 % t interval), converged where every seed has both and
+    |mean| < converged_below_ap, rising where the interval's low end is above rising_above_ap; None without a seed
+    that has both."""
+    before, after = (curve.get(epoch, {}) for epoch in rule.gate_epochs)
+    change = paired_difference({s: v for s, v in after.items() if s in seeds},
+                               {s: v for s, v in before.items() if s in seeds})
+    if change is None:
+        return None
+    complete = change['seeds'] == sorted(seeds)
+    return dict(change, complete=complete, converged=complete and abs(change['mean']) < rule.converged_below_ap,
+                rising=change['low'] is not None and change['low'] > rule.rising_above_ap)
+
+
+def settled(gate):
+    """Converged and not rising."""
+    return gate is not None and gate['converged'] and not gate['rising']
+
+
+def reading_text(number, arm, difference, rule):
+    """The words of reading ``number`` for ``arm`` (its difference to the reference: reading 3 says "the baseline
+    ends ahead" where the interval ends below 0)."""
+    if number == 1:
+        return 'a better final detector'
+    if number == 2:
+        return (f'{arm} ahead at {rule.gate_epochs[1]} epochs, the baseline still rising: the final detector not '
+                'resolved')
+    if number == 3:
+        text = f'not a better final detector by {rule.margin_ap:g} AP or more'
+        return text + ' (the baseline ends ahead)' if difference['high'] < 0 else text
+    return 'not resolved'
+
+
+def reading(arm, difference, p_holm, reference_gate, arm_gate, rule):
+    """The first of the declared readings that holds on the arm's difference to the reference (its unadjusted
+    interval [low, high]) and Holm-adjusted p: dict(number, text).
+
+        1  low > 0 and p <= alpha, and the reference converged and not rising
+        2  low > 0 and p <= alpha
+        3  high < margin_ap, and the reference and the arm both converged and not rising
+        4  anything else
+    """
+    low, high = difference['low'], difference['high']
+    ahead = low is not None and low > 0 and p_holm is not None and p_holm <= rule.alpha
+    if ahead and settled(reference_gate):
+        number = 1
+    elif ahead:
+        number = 2
+    elif high is not None and high < rule.margin_ap and settled(reference_gate) and settled(arm_gate):
+        number = 3
+    else:
+        number = 4
+    return dict(number=number, text=reading_text(number, arm, difference, rule))
+
+
+def machines(suite, records):
+    """Each reported cell's commit and CPU kind, how many cells ran at each, the seeds whose arms (all finished)
+    did not share one CPU kind (a CPU not recorded shares none), and the seeds whose arms have all finished."""
+    cells = [dict(variant=name, seed=seed, lr=record.get('lr'), commit=record.get('commit'), cpu=record.get('cpu'),
+                  checkpoint_sha256=record.get('checkpoint_sha256'), wall_s=record.get('wall_s'))
+             for (name, seed), record in sorted(records.items(), key=lambda item: (item[0][1], item[0][0]))]
+    whole = [seed for seed in suite.seeds if all((name, seed) in records for name in suite.variants)]
+    mixed = [seed for seed in whole if len({records[name, seed].get('cpu') for name in suite.variants}) > 1
+             or any(records[name, seed].get('cpu') is None for name in suite.variants)]
+    return dict(cells=cells, whole_seeds=whole, mixed_seeds=mixed, commits=commits_of(records.values()),
+                cpus=cpus_of(records.values()))
+
+
+def family_comparisons(test, rule):
+    """The comparisons of the test metric (``test``: {arm: {seed: value}}), paired by seed: each arm of the family
+    against the reference, with its Holm-adjusted p over the family, then its last arm against its first (D - B),
+    outside the family (no adjusted p)."""
+    comparisons = [dict(arm=name, reference=rule.reference, in_family=True,
+                        difference=paired_difference(test[name], test[rule.reference])) for name in rule.family]
+    comparisons.append(dict(arm=rule.family[-1], reference=rule.primary, in_family=False,
+                            difference=paired_difference(test[rule.family[-1]], test[rule.primary])))
+    adjusted = holm({c['arm']: c['difference']['p'] for c in comparisons
+                     if c['in_family'] and c['difference'] and c['difference']['p'] is not None})
+    for comparison in comparisons:
+        comparison['p_holm'] = adjusted.get(comparison['arm']) if comparison['in_family'] else None
+    return comparisons
+
+
+def answer(suite, cells, rule):
+    """The study's answer from its gathered ``cells`` (:func:`gather_cells`) under ``rule``
+    (:class:`ConfirmatoryRule`): a JSON-ready dict with the rates, the reported cells (finished, missing), each
+    arm's test metric and gate, the comparisons (difference, Holm p), the readings (INCOMPLETE until every reported
+    cell has finished), the validation gaps and the machines. Raises ValueError where the suite is not the rule's."""
+    mismatch = rule_mismatch(suite, rule)
+    if mismatch:
+        raise ValueError(f'the rule is that of {SUITE_FILE}: {mismatch}')
+    rates = chosen_rates(suite, cells)
+    finished, records, missing = reported_cells(suite, cells, rates, rule.metric)
+    expected = len(suite.variants) * len(suite.seeds)
+    test = {name: metric_by_seed(finished, name, rates[name]['lr'], rule.metric) for name in suite.variants}
+    chosen = [dict(variant=name, lr=rates[name]['lr'], reference=suite.variants[name].reference,
+                   reference_lr=rates[suite.variants[name].reference]['lr'] if suite.variants[name].reference
+                   else None) for name in suite.variants if rates[name]['lr'] is not None]
+    rows = validation_rows(suite, finished, chosen)
+    curves = validation_by_seed(rows)
+    gates = {name: convergence_gate(curves.get(name, {}), suite.seeds, rule) for name in suite.variants}
+    comparisons = family_comparisons(test, rule)
+    complete = not missing
+    readings = {}
+    for comparison in comparisons[:len(rule.family)]:
+        name = comparison['arm']
+        readings[name] = reading(name, comparison['difference'], comparison['p_holm'], gates[rule.reference],
+                                 gates[name], rule) if complete else dict(number=None, text=INCOMPLETE)
+    machine = machines(suite, records)
+    kept = [seed for seed in machine['whole_seeds'] if seed not in machine['mixed_seeds']]
+    machine['primary_without_mixed'] = paired_difference(
+        {s: v for s, v in test[rule.primary].items() if s in kept},
+        {s: v for s, v in test[rule.reference].items() if s in kept}) if machine['mixed_seeds'] else None
+    gaps = [dict(arm=row['variant'], epoch=row['epoch'], early_budget=row['epoch'] == rule.early_epoch,
+                 difference=row['difference']) for row in rows if row['difference'] is not None]
+    return dict(suite=suite.path, rule=dataclasses.asdict(rule), seeds=suite.seeds,
+                selection_seeds=suite.selection_seeds, complete=complete, finished=len(finished), expected=expected,
+                missing=missing, rates=rates,
+                arms={name: dict(lr=rates[name]['lr'], test=with_values(test[name]), gate=gates[name],
+                                 diverged=sorted(cell.seed for cell in finished
+                                                 if cell.variant == name and cell.results.get('diverged')),
+                                 validation=[dict(epoch=epoch, **with_values(values))
+                                             for epoch, values in sorted(curves.get(name, {}).items()) if values])
+                      for name in suite.variants},
+                comparisons=comparisons, readings=readings, validation_gaps=gaps, machines=machine)
