@@ -2,44 +2,24 @@
 at a held token scale (demo_dose_norm_swin.py) and the XCiT pairs: what they ask the runner to train, at which
 rates and seeds, on which schedule and data, and that each arm's model builds and runs."""
 import os.path as osp
-from types import SimpleNamespace
 
 import pytest
 import torch
 from mmdet.registry import MODELS
-from mmengine.runner.loops import EpochBasedTrainLoop
-from mmengine.runner.utils import calc_dynamic_intervals
 
 import condtok_mm  # noqa: F401  (registration)
 from condtok_mm.suites.fingerprint import differences, fingerprint
-from condtok_mm.suites.plan import STAGES, cells_of_stage, resolved_config
-from condtok_mm.suites.schema import load_suite, phase_of
+from condtok_mm.suites.plan import STAGES, resolved_config
+from condtok_mm.suites.schema import load_suite
 from condtok_mm.conditioning import condition_number
 from helpers.repo import REPO_ROOT
+from helpers.suite_stages import stage, validated_epochs
 from helpers.tokens import random_tokens
 
 SWIN = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_swin.py')
 VITDET = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_vitdet.py')
 DOSE = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_dose_norm_swin.py')
 LONG = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_long_swin.py')
-
-
-def stage(suite, name, out_dir, cells=()):
-    return cells_of_stage(suite, 0, name, phase_of(suite), list(cells), str(out_dir), [])
-
-
-def validated_epochs(train_cfg):
-    """The epochs mmengine's EpochBasedTrainLoop validates after: its run loop's test, with the interval its own
-    _decide_current_val_interval sets after each epoch (mmengine 0.10)."""
-    milestones, intervals = calc_dynamic_intervals(train_cfg.val_interval, train_cfg.get('dynamic_intervals'))
-    loop = SimpleNamespace(dynamic_milestones=milestones, dynamic_intervals=intervals)
-    epochs = []
-    for epoch in range(1, train_cfg.max_epochs + 1):  # the loop's self._epoch after the epoch
-        loop.epoch = epoch
-        EpochBasedTrainLoop._decide_current_val_interval(loop)
-        if epoch % loop.val_interval == 0 or epoch == train_cfg.max_epochs:
-            epochs.append(epoch)
-    return epochs
 
 
 def test_the_swin_suite_reports_every_arm_on_seeds_3_to_8_with_a_at_the_rate_chosen_on_seeds_0_to_2(tmp_path):

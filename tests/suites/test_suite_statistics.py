@@ -33,6 +33,27 @@ def test_sign_flip_p_is_scipys_exact_permutation_test(differences):
     assert p == pytest.approx(np.mean([flip >= abs(d.sum()) - 1e-9 for flip in flips]))
 
 
+def test_sign_patterns_that_tie_the_observed_sum_only_in_exact_arithmetic_count_as_ties():
+    # test APs as CocoMetric rounds them (three decimals of a fraction), in percent: float rounding leaves the
+    # observed sum and patterns equal to it a few ulps apart, and near a zero sum scipy's tolerance (relative to
+    # the observed sum) misses them
+    baseline = [0.182, 0.102, 0.294, 0.316, 0.351, 0.185]
+    variant = [0.177, 0.104, 0.302, 0.300, 0.354, 0.197]
+    differences = [100 * v - 100 * b for v, b in zip(variant, baseline)]
+    per_mille = [round(1000 * v) - round(1000 * b) for v, b in zip(variant, baseline)]  # exact integers
+    exact = np.mean([abs(np.dot(signs, per_mille)) >= abs(sum(per_mille))
+                     for signs in itertools.product((1, -1), repeat=len(per_mille))])
+    assert exact == 29 / 32 and scipy_sign_flip(differences) == pytest.approx(28 / 32)  # scipy misses a tie
+    assert sign_flip_p(differences) == exact
+
+
+def test_twenty_seeds_are_counted_exactly():
+    d = np.linspace(-1.0, 2.0, 20)  # no ties: every pattern's sum is distinct from the observed one
+    p = sign_flip_p(d)
+    signs = 1 - 2 * ((np.arange(2**20)[:, None] >> np.arange(20)) & 1)
+    assert p == np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-9)
+
+
 def test_three_seeds_cannot_go_below_a_quarter_and_too_many_are_refused():
     assert sign_flip_p([1.0, 2.0, 3.0]) == 0.25  # all three positive: 2 of 8 patterns as extreme
     assert sign_flip_p([3.0]) == 1.0 and sign_flip_p([]) is None
