@@ -13,7 +13,7 @@ BENCH_DIR ?= work_dirs/benchmark
 # Sized so that `make bench` fits 2 CPU cores in an hour; docs/en/benchmarks.md gives the full-size commands.
 BENCH_EVAL_IMAGES ?= 1000
 GPU_CHECK_DIR ?= work_dirs/gpu_check
-NEON_CONFIG ?= configs/neon/faster-rcnn_swin-mini-condtok_fpn_24e_neon-trees.py
+NEON_CONFIG ?= configs/neon/faster-rcnn_swin-mini-condtok_fpn_400e_neon-trees.py
 NEON_WORK_DIR ?= work_dirs/neon
 
 .PHONY: install demo neon bench study test test-quick gpu-check clean-demo
@@ -36,8 +36,8 @@ demo: install
 	$(PY) tools/analysis/summarize_test.py $(DEMO_WORK_DIR)/condtok/test
 
 # Real photographs: fetch the pinned deepforest wheel (MIT) and tile its NEON tree crowns into data/neon_trees/ (the
-# configs' data root), train the conditioned NEON config, then test it on the held-out image
-# (docs/en/user_guides/neon_trees.md).
+# configs' data root), train the conditioned NEON config (400 epochs: about 25 minutes on one idle CPU thread),
+# then test it on the held-out image (docs/en/user_guides/neon_trees.md).
 neon: install
 	$(PY) tools/dataset/make_neon_trees.py --out-dir data/neon_trees/
 	$(PY) tools/train.py $(NEON_CONFIG) --work-dir $(NEON_WORK_DIR)

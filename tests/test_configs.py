@@ -45,8 +45,8 @@ CONDITIONING_VARIANTS = {
     'configs/swin/mask-rcnn_swin-t-p4-w7-condtok-norm_fpn_1x_coco.py':
         ('configs/swin/mask-rcnn_swin-t-p4-w7-condtok_fpn_1x_coco.py',
          {'model.backbone.conditioning.control': 'norm_matched'}),
-    'configs/neon/faster-rcnn_swin-mini-condtok-norm_fpn_24e_neon-trees.py':
-        ('configs/neon/faster-rcnn_swin-mini-condtok_fpn_24e_neon-trees.py',
+    'configs/neon/faster-rcnn_swin-mini-condtok-norm_fpn_400e_neon-trees.py':
+        ('configs/neon/faster-rcnn_swin-mini-condtok_fpn_400e_neon-trees.py',
          {'model.backbone.conditioning.control': 'norm_matched'}),
 }
 

@@ -15,7 +15,7 @@ from condtok_mm.compat.checkpoint_loading import UnsafeCheckpointError
 from condtok_mm.datasets.neon_trees import tile_origins
 from helpers.repo import REPO_ROOT, run_main
 
-CONFIG = osp.join(REPO_ROOT, 'configs', 'neon', 'faster-rcnn_swin-mini_fpn_24e_neon-trees.py')
+CONFIG = osp.join(REPO_ROOT, 'configs', 'neon', 'faster-rcnn_swin-mini_fpn_400e_neon-trees.py')
 SCRIPT = osp.join(REPO_ROOT, 'tools', 'analysis', 'neon_predictions.py')
 # the test photograph's top row of tiles: three abutting, the last moved back to end at the edge (x 849-1200 shared)
 ROW = [(0, 0, 400, 400), (400, 0, 800, 400), (800, 0, 1200, 400), (849, 0, 1249, 400)]

@@ -11,7 +11,7 @@ from PIL import Image
 
 from helpers.repo import REPO_ROOT
 
-CONFIG = osp.join(REPO_ROOT, 'configs', 'neon', 'faster-rcnn_swin-mini_fpn_24e_neon-trees.py')
+CONFIG = osp.join(REPO_ROOT, 'configs', 'neon', 'faster-rcnn_swin-mini_fpn_400e_neon-trees.py')
 # the one-pixel edges of crowns cut by a tile or a crop, along each side, and one whole crown inside
 BOXES = [[100, 0, 140, 1], [100, 191, 140, 192], [0, 100, 1, 140], [191, 100, 192, 140], [0, 0, 10, 10],
          [50, 50, 90, 80]]
