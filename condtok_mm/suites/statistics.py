@@ -92,7 +92,8 @@ def best_lr(cells, variant, metric, seeds=None):
         if (cell.variant == variant and metric in (cell.results or {}).get('metrics', {})
                 and (seeds is None or cell.seed in seeds)):
             by_lr.setdefault(cell.lr, []).append(cell.results['metrics'][metric])
-    return max(by_lr, key=lambda lr: statistics.fmean(by_lr[lr])) if by_lr else None
+    # max keeps the first of equal means: over the rates in increasing order, a tie goes to the smaller rate
+    return max(sorted(by_lr), key=lambda lr: statistics.fmean(by_lr[lr])) if by_lr else None
 
 
 def reported_metrics(metric):

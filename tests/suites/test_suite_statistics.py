@@ -4,6 +4,7 @@ seeds and reported on the others, per-arm references, and plateau escape on writ
 import itertools
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from scipy import stats
 
 from condtok_mm.suites.results import escape_iteration
 from condtok_mm.suites.schema import EscapeRule, SuiteError, load_suite
-from condtok_mm.suites.statistics import holm, paired_difference, sign_flip_p
+from condtok_mm.suites.statistics import best_lr, holm, paired_difference, sign_flip_p
 from helpers.repo import REPO_ROOT
 from helpers.suite_runs import BASELINE, CONDITIONED, record_fingerprints, run_runner, write_cell
 
@@ -52,6 +53,16 @@ def test_twenty_seeds_are_counted_exactly():
     p = sign_flip_p(d)
     signs = 1 - 2 * ((np.arange(2**20)[:, None] >> np.arange(20)) & 1)
     assert p == np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-9)
+
+
+def test_a_tie_of_mean_metrics_goes_to_the_smaller_rate_in_whatever_order_the_cells_come():
+    def cell(lr, seed, ap):
+        return SimpleNamespace(variant='B', lr=lr, seed=seed, results=dict(metrics={'coco/bbox_mAP': ap}))
+
+    cells = [cell(4e-3, 0, 0.30), cell(4e-3, 1, 0.20), cell(1e-3, 0, 0.25), cell(1e-3, 1, 0.25), cell(5e-4, 0, 0.1)]
+    assert best_lr(cells, 'B', 'coco/bbox_mAP') == 1e-3
+    assert best_lr(cells[::-1], 'B', 'coco/bbox_mAP') == 1e-3
+    assert best_lr(cells, 'B', 'coco/bbox_mAP', seeds=[0]) == 4e-3
 
 
 def test_three_seeds_cannot_go_below_a_quarter_and_too_many_are_refused():
