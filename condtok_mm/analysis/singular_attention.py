@@ -21,7 +21,8 @@ valid tokens where the preprocessor records them (ValidRegionDetDataPreprocessor
 Per quantity (tokens per image; the first attention's input, softmax attention matrices and attention outputs per
 window and head) it writes the number of matrices, how many and what share have κ > 2**24, and the median and
 geometric mean κ of the others: one JSON per cell (<variant>_lr<rate>_seed<n>.json, or the dir's name), and
-singular_attention.json, .md (per variant and rate the mean share over its seeds, with each seed's) and .png.
+singular_attention.json, .md (per variant and rate the mean share over its seeds, with each seed's) and .png, which
+cover every cell's JSON in --out-dir: cells measured on earlier runs into the same folder are kept in the table.
 """
 import argparse
 import glob
@@ -227,6 +228,30 @@ def measure_cell(cell: dict, split: str, max_images: Optional[int]) -> dict:
     return result
 
 
+def measured_cells(out_dir: str, split: str) -> List[dict]:
+    """Every cell's result in ``out_dir`` (its per-cell JSONs, this run's and earlier runs'), in name order: a study's
+    checkpoints are measured as its cells finish, on whichever machine and day, and the table covers them all.
+    Raises ValueError for one measured on another split.
+
+    Args:
+        out_dir (str): the folder of the per-cell JSONs.
+        split (str): the split this run measured.
+    """
+    results = []
+    for path in sorted(glob.glob(osp.join(out_dir, '*.json'))):
+        if osp.basename(path) == 'singular_attention.json':
+            continue
+        with open(path) as f:
+            result = json.load(f)
+        if not isinstance(result, dict) or 'quantities' not in result:
+            continue  # not a cell's result
+        if result.get('split') != split:
+            raise ValueError(f'{path} was measured on the {result.get("split")!r} split and this run on {split!r}: '
+                             'give each split its own --out-dir')
+        results.append(result)
+    return results
+
+
 def arms_of(results: List[dict]) -> List[dict]:
     """The cells grouped by variant and rate (a plain work dir is an arm of its own), with each arm's mean share
     per quantity over its cells and each cell's share.
@@ -347,6 +372,10 @@ def main(argv=None):
     for result in results:
         with open(osp.join(args.out_dir, f'{result["name"]}.json'), 'w') as f:
             json.dump(result, f, indent=1, allow_nan=False)
+    try:
+        results = measured_cells(args.out_dir, args.split)
+    except ValueError as error:
+        sys.exit(f'error: {error}')
     arms = arms_of(results)
     text = markdown(arms, args.split)
     print(text)

@@ -275,3 +275,22 @@ def test_the_combined_outputs(measured):
     assert [arm['arm'] for arm in combined['arms']] == ['B_conditioned (lr0.001)']
     assert 'B_conditioned (lr0.001)' in (measured / 'singular_attention.md').read_text()
     assert (measured / 'singular_attention.png').stat().st_size > 0
+
+
+def test_cells_measured_on_earlier_runs_into_the_folder_stay_in_the_table(cell, tmp_path):
+    out = tmp_path / 'out'
+    out.mkdir()
+    earlier = dict(cell_result('A_baseline', 1e-3, 3, [0.5, 1.0]), split='val')
+    (out / f'{earlier["name"]}.json').write_text(json.dumps(earlier))
+    result = run_main(singular_attention.main, 'singular_attention.py', cell, '--out-dir', str(out), '--max-images',
+                      '1')
+    assert result.returncode == 0, result.stderr
+    combined = json.loads((out / 'singular_attention.json').read_text())
+    assert [c['name'] for c in combined['cells']] == ['A_baseline_lr0.001_seed3', 'B_conditioned_lr0.001_seed3']
+    assert [arm['arm'] for arm in combined['arms']] == ['A_baseline (lr0.001)', 'B_conditioned (lr0.001)']
+    other_split = dict(cell_result('A_baseline', 1e-3, 4, [0.5, 1.0]), split='test')
+    (out / f'{other_split["name"]}.json').write_text(json.dumps(other_split))
+    result = run_main(singular_attention.main, 'singular_attention.py', cell, '--out-dir', str(out), '--max-images',
+                      '1')
+    assert result.returncode != 0
+    assert "measured on the 'test' split and this run on 'val'" in result.stderr
