@@ -25,3 +25,15 @@ def validated_epochs(train_cfg):
         if epoch % loop.val_interval == 0 or epoch == train_cfg.max_epochs:
             epochs.append(epoch)
     return epochs
+
+
+def split_tested(cfg, annotations):
+    """The split a cell's test command reads: 'val' or 'test' where the test dataloader's annotation file and image
+    folder and the test evaluator's annotation file (under ``annotations``, the data root's annotations/) all name
+    it; None otherwise."""
+    for split in ('val', 'test'):
+        if (cfg.test_dataloader.dataset.ann_file == f'annotations/instances_{split}.json'
+                and cfg.test_dataloader.dataset.data_prefix.img == f'{split}/'
+                and cfg.test_evaluator.ann_file == f'{annotations}instances_{split}.json'):
+            return split
+    return None

@@ -13,7 +13,7 @@ from condtok_mm.suites.plan import STAGES, resolved_config
 from condtok_mm.suites.schema import load_suite
 from condtok_mm.conditioning import condition_number
 from helpers.repo import REPO_ROOT
-from helpers.suite_stages import stage, validated_epochs
+from helpers.suite_stages import split_tested, stage, validated_epochs
 from helpers.tokens import random_tokens
 
 SWIN = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_decisive_swin.py')
@@ -205,9 +205,7 @@ def test_the_confirmatory_suite_tunes_every_arm_alike_on_seeds_0_1_and_reports_o
         assert cfg.param_scheduler[1]['milestones'] == [27, 33] and cfg.param_scheduler[1]['end'] == 36
         assert cfg.train_dataloader.dataset.data_root == 'data/shapes_test500/'
         # the rates are chosen on the selection cells' tests: the validation images, as the training validates on
-        assert cfg.test_evaluator.ann_file == cfg.val_evaluator.ann_file == data + 'instances_val.json'
-        assert cfg.test_dataloader.dataset.ann_file == 'annotations/instances_val.json'
-        assert cfg.test_dataloader.dataset.data_prefix.img == 'val/'
+        assert split_tested(cfg, data) == 'val' and cfg.val_evaluator.ann_file == data + 'instances_val.json'
     for cell in selection:
         cell.results = dict(metrics={'coco/bbox_mAP': 20.0 + 1000 * cell.lr}, status='ran')  # best at the top
     extension, _ = stage(suite, 'extend', tmp_path, selection)
@@ -216,9 +214,7 @@ def test_the_confirmatory_suite_tunes_every_arm_alike_on_seeds_0_1_and_reports_o
     reported, unknown = stage(suite, 'report', tmp_path, selection)
     assert not unknown and len(reported) == 36
     for cell in reported:  # only the reported cells' tests read the held-out split
-        test_cfg = resolved_config(cell.config_path, [*cell.options, *cell.test_options])
-        assert test_cfg.test_dataloader.dataset.ann_file == 'annotations/instances_test.json'
-        assert test_cfg.test_dataloader.dataset.data_prefix.img == 'test/'
-        assert test_cfg.test_evaluator.ann_file == data + 'instances_test.json'
+        assert split_tested(resolved_config(cell.config_path, [*cell.options, *cell.test_options]), data) == 'test'
         train_cfg = resolved_config(cell.config_path, cell.options)
+        assert split_tested(train_cfg, data) == 'val'
         assert train_cfg.val_evaluator.ann_file == data + 'instances_val.json'

@@ -13,7 +13,7 @@ from condtok_mm.suites.fingerprint import differences, fingerprint
 from condtok_mm.suites.plan import resolved_config
 from condtok_mm.suites.schema import load_suite
 from helpers.repo import REPO_ROOT
-from helpers.suite_stages import stage, validated_epochs
+from helpers.suite_stages import split_tested, stage, validated_epochs
 
 NEON = osp.join(REPO_ROOT, 'configs', 'suites', 'neon_trees_swin.py')
 ARMS = ('A_baseline', 'B_conditioned', 'D_norm_matched')
@@ -39,9 +39,8 @@ def test_the_neon_suite_tunes_every_arm_alike_on_the_validation_tiles_and_report
         assert cfg.param_scheduler[1]['milestones'] == [320, 380] and cfg.param_scheduler[1]['end'] == 400
         assert cfg.train_dataloader.dataset.ann_file == 'annotations/instances_train.json'
         # the rates are chosen on the selection cells' tests: the validation tiles, as the training validates on
-        assert cfg.test_evaluator.ann_file == cfg.val_evaluator.ann_file == ANNOTATIONS + 'instances_val.json'
-        assert cfg.test_dataloader.dataset.ann_file == 'annotations/instances_val.json'
-        assert cfg.test_dataloader.dataset.data_prefix.img == 'val/'
+        assert split_tested(cfg, ANNOTATIONS) == 'val'
+        assert cfg.val_evaluator.ann_file == ANNOTATIONS + 'instances_val.json'
     # the arms of one seed and rate differ only in the conditioning (the backbone and its data preprocessor)
     cells = {(c.variant, c.lr, c.seed): c for c in selection}
     baseline = fingerprint(cells['A_baseline', 1e-3, 0], REPO_ROOT)
@@ -59,12 +58,10 @@ def test_the_neon_suite_tunes_every_arm_alike_on_the_validation_tiles_and_report
     assert not unknown and len(reported) == 24
     for cell in reported:  # only the reported cells' tests read the held-out image
         test_cfg = resolved_config(cell.config_path, [*cell.options, *cell.test_options])
-        assert test_cfg.test_dataloader.dataset.ann_file == 'annotations/instances_test.json'
-        assert test_cfg.test_dataloader.dataset.data_prefix.img == 'test/'
-        assert test_cfg.test_evaluator.ann_file == ANNOTATIONS + 'instances_test.json'
+        assert split_tested(test_cfg, ANNOTATIONS) == 'test'
         train_cfg = resolved_config(cell.config_path, cell.options)
+        assert split_tested(train_cfg, ANNOTATIONS) == 'val'
         assert train_cfg.val_evaluator.ann_file == ANNOTATIONS + 'instances_val.json'
-        assert train_cfg.test_evaluator.ann_file == ANNOTATIONS + 'instances_val.json'
 
 
 def test_the_three_neon_arms_start_from_the_same_weights_on_a_seed():
