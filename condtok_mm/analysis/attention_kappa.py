@@ -10,6 +10,13 @@ Each arm is read at the rate its suite reports it (suite.json's chosen rates) on
 of magnitude, so each cell is summarised on log10 κ: per arm the geometric mean over seeds with a 95 % t interval,
 and per arm beside its reference the ratio of κ (10 ** the mean per-seed difference of log10 κ, paired by seed)
 with a 95 % t interval and the exact sign-flip p. Prints the table; writes attention_kappa.md, .json and .png.
+
+The models compute in float32, in which a matrix with κ above SINGULAR_KAPPA = 2**24 is numerically singular: its κ
+is set by rounding. The hook records the mean of κ over windows, so a geometric mean above 2**24 says only that some
+windows were singular (tools/analysis/singular_attention.py counts them from a checkpoint): the table shows such a
+cell as "numerically singular" with the seeds above 2**24, and gives no ratio, interval or p where either arm is
+above 2**24 on a seed of the pair. The JSON keeps every number beside these flags; the table's header counts the
+comparisons it holds (none corrected for multiplicity) and the smallest p their seed counts allow.
 """
 import argparse
 import json
@@ -24,6 +31,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from condtok_mm.engine.hooks.kappa_probe import SINGULAR_KAPPA
 from condtok_mm.suites.plan import lr_name
 from condtok_mm.suites.results import joined_records, record_stream, training_runs
 from condtok_mm.suites.statistics import mean_std, paired_difference
@@ -70,13 +78,21 @@ def quantities_of(curves):
     return found
 
 
+def singular_seeds(values):
+    """How many of ``values`` (κ, one per seed) exceed SINGULAR_KAPPA: numerically singular in float32."""
+    return sum(value > SINGULAR_KAPPA for value in values)
+
+
 def log_summary(values):
-    """Geometric mean and 95 % t interval (of log10) of positive finite values; None without one."""
+    """Geometric mean and 95 % t interval (of log10) of positive finite values, how many of them are above
+    SINGULAR_KAPPA and whether the geometric mean is (``singular``); None without one."""
     logs = {seed: math.log10(value) for seed, value in values.items() if value > 0 and math.isfinite(value)}
     summary = mean_std(list(logs.values()))
     if summary is None:
         return None
-    result = dict(geomean=10 ** summary['mean'], low=None, high=None, n=summary['n'], per_seed=values)
+    geomean = 10 ** summary['mean']
+    result = dict(geomean=geomean, low=None, high=None, n=summary['n'], per_seed=values,
+                  singular=geomean > SINGULAR_KAPPA, singular_seeds=singular_seeds(values[seed] for seed in logs))
     if summary['std'] is not None:
         from scipy import stats
         half = stats.t.ppf(0.975, summary['n'] - 1) * summary['std'] / math.sqrt(summary['n'])
@@ -85,15 +101,21 @@ def log_summary(values):
 
 
 def ratio(values, reference):
-    """κ of an arm over its reference's, paired by seed on log10: 10 ** (mean, low, high) and the exact p."""
+    """κ of an arm over its reference's, paired by seed on log10: 10 ** (mean, low, high) and the exact p, with how
+    many of the paired seeds are above SINGULAR_KAPPA in the arm and in the reference; ``comparable`` where none
+    is (a ratio of values set by float32 rounding says nothing of the matrices)."""
     logs = {seed: math.log10(v) for seed, v in values.items() if v > 0 and math.isfinite(v)}
     reference_logs = {seed: math.log10(v) for seed, v in reference.items() if v > 0 and math.isfinite(v)}
     difference = paired_difference(logs, reference_logs)
     if difference is None:
         return None
+    arm_singular = singular_seeds(values[seed] for seed in difference['seeds'])
+    reference_singular = singular_seeds(reference[seed] for seed in difference['seeds'])
     return dict(ratio=10 ** difference['mean'], low=None if difference['low'] is None else 10 ** difference['low'],
                 high=None if difference['high'] is None else 10 ** difference['high'], p=difference['p'],
-                n=difference['n'], per_seed=[10 ** d for d in difference['per_seed']])
+                n=difference['n'], per_seed=[10 ** d for d in difference['per_seed']],
+                singular_seeds=arm_singular, reference_singular_seeds=reference_singular,
+                comparable=arm_singular == 0 and reference_singular == 0)
 
 
 def gather(record_dir):
@@ -134,30 +156,76 @@ def fmt_kappa(value):
     return f'{value:.2f}' if -1 <= exponent < 3 else f'{value / 10 ** exponent:.1f}e{exponent}'
 
 
-def fmt_cell(entry):
-    summary, ratio_ = entry['summary'], entry['ratio']
+def fmt_summary(summary):
+    """An arm's κ: the geometric mean [interval], or "numerically singular" where that mean is above 2**24; with the
+    seeds above 2**24 where any is."""
     if summary is None:
         return '—'
+    singular = f'singular on {summary["singular_seeds"]} of {summary["n"]} seeds'
+    if summary['singular']:
+        return f'numerically singular ({singular})'
     text = f'{fmt_kappa(summary["geomean"])} [{fmt_kappa(summary["low"])}, {fmt_kappa(summary["high"])}]'
-    if ratio_ is not None:
-        text += (f'; ×{fmt_kappa(ratio_["ratio"])} [{fmt_kappa(ratio_["low"])}, {fmt_kappa(ratio_["high"])}] '
-                 f'p={ratio_["p"]:.3g}')
+    return text + (f' ({singular})' if summary['singular_seeds'] else '')
+
+
+def fmt_ratio(ratio_, variant, reference):
+    """An arm's κ over its reference's: ×ratio [interval] p, or why there is none."""
+    if not ratio_['comparable']:
+        return (f'not comparable: numerically singular on {ratio_["singular_seeds"]} of {ratio_["n"]} seeds '
+                f'({variant}) / {ratio_["reference_singular_seeds"]} of {ratio_["n"]} ({reference})')
+    return (f'×{fmt_kappa(ratio_["ratio"])} [{fmt_kappa(ratio_["low"])}, {fmt_kappa(ratio_["high"])}] '
+            f'p={ratio_["p"]:.3g}')
+
+
+def fmt_cell(entry, arm):
+    """An arm's table cell: its κ and, beside a reference, the ratio to the reference's."""
+    if entry['summary'] is None:
+        return '—'
+    text = fmt_summary(entry['summary'])
+    if entry['ratio'] is not None:
+        text += '; ' + fmt_ratio(entry['ratio'], arm['variant'], arm['reference'])
     return text
 
 
+def comparisons(table):
+    """The ratios of the table that are shown with a p: every comparable one with a p."""
+    return [entry['ratio'] for by_phase in table.values() for by_arm in by_phase.values()
+            for entry in by_arm.values()
+            if entry['ratio'] is not None and entry['ratio']['comparable'] and entry['ratio']['p'] is not None]
+
+
+def p_floors(table):
+    """{n: 2 / 2^n} for each count n of paired seeds among the comparisons: the smallest exact sign-flip p."""
+    return {n: 2 / 2 ** n for n in sorted({ratio_['n'] for ratio_ in comparisons(table)})}
+
+
 def markdown(arms, quantities, phases, table, record_dir):
-    lines = [f'κ per arm of {record_dir}, at iterations {", ".join(f"{p} {i}" for p, i in phases.items())}', '',
+    """The table of :func:`gather`'s (arms, quantities, phases, table) of ``record_dir`` (named in its header),
+    with its caption; the same from attention_kappa.json's fields."""
+    count = len(comparisons(table))
+    floors = ', '.join(f'{floor:.3g} with {n} seeds (2/2^{n})' for n, floor in p_floors(table).items())
+    lines = [f'κ per arm of {record_dir}, at iterations {", ".join(f"{p} {i}" for p, i in phases.items())}; '
+             f'{count} comparisons (× with a p), none corrected for multiplicity'
+             + (f'; the smallest p the seeds allow: {floors}' if floors else ''), '',
              '| quantity | phase | ' + ' | '.join(f'{a["variant"]} (lr {a["lr"]:g})' for a in arms) + ' |',
              '|---|---|' + '---|' * len(arms)]
     for key, label in quantities:
         for phase in PHASES:
             lines.append(f'| {label} | {phase} ({phases[phase]}) | '
-                         + ' | '.join(fmt_cell(table[key][phase][a['variant']]) for a in arms) + ' |')
+                         + ' | '.join(fmt_cell(table[key][phase][a['variant']], a) for a in arms) + ' |')
     references = sorted({a['reference'] for a in arms if a['reference']})
     lines += ['', 'κ: geometric mean over the seeds [95 % t interval of log10 κ]; ×: κ over the reference arm\'s '
               f'({", ".join(references)}), 10 ** the mean per-seed difference of log10 κ [95 % t interval], '
               'p: exact two-sided sign-flip p of those differences. Means over heads, windows and images as the '
-              'hook records them (docs/en/user_guides/hooks.md).']
+              'hook records them (docs/en/user_guides/hooks.md).', '',
+              f'The models compute in float32: a matrix with κ above 2^24 = {SINGULAR_KAPPA:.0f} (1/u, u = 2^-24 '
+              'float32\'s unit roundoff) cannot be told from a singular one, and its κ is set by rounding. '
+              '"numerically singular": the geometric mean over the seeds of the mean over windows (images, for '
+              'the tokens) is above 2^24, so at least some windows are singular to float32; how many is not '
+              'recorded by the hook (tools/analysis/singular_attention.py measures it from a checkpoint). '
+              '"singular on k of n seeds": the seeds whose value is above 2^24. "not comparable": the arm or its '
+              'reference is above 2^24 on some seed of the pair, so no ratio, interval or p is given. '
+              'attention_kappa.json keeps every number.']
     return '\n'.join(lines)
 
 
@@ -176,6 +244,8 @@ def plot(arms, quantities, phases, table, path):
                 lows = [summaries[i]['geomean'] - (summaries[i]['low'] or summaries[i]['geomean']) for i in layers]
                 highs = [(summaries[i]['high'] or summaries[i]['geomean']) - summaries[i]['geomean'] for i in layers]
                 ax.errorbar(layers, means, yerr=[lows, highs], marker='o', capsize=3, label=arm['variant'])
+            ax.axhline(SINGULAR_KAPPA, color='gray', linestyle='--', linewidth=0.8,
+                       label='2^24 (above: numerically singular in float32)')
             ax.set_yscale('log')
             ax.set_xticks(range(len(keys)))
             ax.set_xlabel('layer')
@@ -206,7 +276,8 @@ def main(argv=None):
     with open(osp.join(out_dir, 'attention_kappa.md'), 'w') as f:
         f.write(text + '\n')
     with open(osp.join(out_dir, 'attention_kappa.json'), 'w') as f:
-        json.dump(dict(record_dir=args.record_dir, arms=arms, phases=phases,
+        json.dump(dict(record_dir=args.record_dir, arms=arms, phases=phases, singular_kappa=SINGULAR_KAPPA,
+                       comparisons=len(comparisons(table)), p_floors=p_floors(table),
                        quantities=[dict(key=key, label=label) for key, label in quantities], table=table), f,
                   indent=1)
     plot(arms, quantities, phases, table, osp.join(out_dir, 'attention_kappa.png'))

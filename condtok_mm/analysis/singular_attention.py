@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import condtok_mm  # noqa: F401  (registration)
 from condtok_mm.compat.checkpoint_loading import (UnreadableCheckpointError, UnsafeCheckpointError,
                                                   weights_only_loading)
-from condtok_mm.engine.hooks.kappa_probe import KappaProbe
+from condtok_mm.engine.hooks.kappa_probe import SINGULAR_KAPPA, KappaProbe
 from condtok_mm.models.valid_region import ValidRegionDetDataPreprocessor
 from condtok_mm.registry import MODELS
 from condtok_mm.suites.fingerprint import FINGERPRINT_FILE, current_format, file_digest
@@ -54,8 +54,6 @@ from condtok_mm.suites.plan import final_checkpoint, lr_name
 from condtok_mm.suites.results import UnreadableCellFile, read_json
 from condtok_mm.utils import DatasetNotFoundError, check_dataset_files, describe_machine
 
-# 1 / u, u = eps / 2 the unit roundoff of float32: beyond it κ is set by rounding, not by the matrix
-SINGULAR_KAPPA = 2.0 / torch.finfo(torch.float32).eps
 # The KappaProbe quantities counted here (its w_q/w_k/w_v are weights, one per head, not windows), in the order of
 # the forward pass, with what each matrix is.
 QUANTITIES = {

@@ -1,5 +1,6 @@
 """tools/analysis/attention_kappa.py: κ of the tokens and of each attention layer per arm of a suite run, at the
-start, middle and end of training, against numpy/scipy on written hook records (a resumed cell included)."""
+start, middle and end of training, against numpy/scipy on written hook records (a resumed cell included), with
+values above 2**24 (numerically singular in float32) shown as such and left out of the comparisons."""
 import itertools
 import json
 
@@ -13,6 +14,7 @@ KEYS = ['kappa/tokens_in_mean/stage0', 'kappa/tokens_out_mean/stage0', 'kappa/at
         'kappa/attn_softmax_mean/layer01', 'kappa/attn_out_mean/layer00', 'kappa/attn_out_mean/layer01']
 STEPS = [1, 50, 100, 150, 200]
 SEEDS = [3, 4, 5]
+SINGULAR = 2.0 ** 24  # 1/u of float32: above it a float32 matrix is numerically singular
 
 
 def kappa(arm, seed, key, step):
@@ -22,6 +24,8 @@ def kappa(arm, seed, key, step):
 
 
 def write_records(root):
+    """A gathered suite of two arms (cond against base) whose cells' hook records hold ``kappa(arm, seed, key,
+    step)``."""
     arms = [dict(variant='base', lr=1e-3, seeds=SEEDS, reference=None),
             dict(variant='cond', lr=2e-3, seeds=SEEDS, reference='base')]
     for arm in arms:
@@ -75,3 +79,89 @@ def test_a_record_dir_without_a_gathered_suite_is_named(tmp_path):
     with pytest.raises(SystemExit) as error:
         attention_kappa.main([str(tmp_path)])
     assert error.value.code == 2
+
+
+def fmt_singular(values):
+    return f'singular on {sum(v > SINGULAR for v in values)} of {len(values)} seeds'
+
+
+def test_a_value_just_above_2_to_the_24_is_singular_and_one_just_below_is_not():
+    above, below = SINGULAR * (1 + 1e-9), SINGULAR * (1 - 1e-9)
+    summary = attention_kappa.log_summary({3: above, 4: above})
+    assert (summary['singular'], summary['singular_seeds']) == (True, 2)
+    assert attention_kappa.fmt_summary(summary) == 'numerically singular (singular on 2 of 2 seeds)'
+    summary = attention_kappa.log_summary({3: below, 4: below})
+    assert (summary['singular'], summary['singular_seeds']) == (False, 0)
+    assert attention_kappa.fmt_summary(summary) == '1.7e7 [1.7e7, 1.7e7]'
+    # a geometric mean below 2**24 keeps its value, with the seed above it counted
+    summary = attention_kappa.log_summary({3: above, 4: 1e3, 5: 1e3})
+    assert (summary['singular'], summary['singular_seeds']) == (False, 1)
+    assert attention_kappa.fmt_summary(summary).endswith(' (singular on 1 of 3 seeds)')
+
+
+def test_a_ratio_with_one_singular_seed_in_either_arm_is_not_comparable():
+    resolved = {3: 1e3, 4: 2e3, 5: 4e3}
+    with_one = {**resolved, 4: SINGULAR * (1 + 1e-9)}
+    just_below = {**resolved, 4: SINGULAR * (1 - 1e-9)}
+    for values, reference, counts in [(with_one, resolved, (1, 0)), (resolved, with_one, (0, 1)),
+                                      (just_below, resolved, (0, 0))]:
+        ratio = attention_kappa.ratio(values, reference)
+        assert (ratio['singular_seeds'], ratio['reference_singular_seeds']) == counts
+        assert ratio['comparable'] == (counts == (0, 0))
+        d = np.log10([values[s] / reference[s] for s in (3, 4, 5)])
+        assert ratio['ratio'] == pytest.approx(10 ** d.mean(), rel=1e-9)  # the number is kept either way
+        text = attention_kappa.fmt_ratio(ratio, 'cond', 'base')
+        if ratio['comparable']:
+            assert text.startswith('×') and 'p=' in text
+        else:
+            assert text == (f'not comparable: numerically singular on {counts[0]} of 3 seeds (cond) / {counts[1]} '
+                            'of 3 (base)')
+
+
+def cells_of(markdown_text, label, phase):
+    """The arms' cells of the table row of ``label`` at ``phase``."""
+    row = next(line for line in markdown_text.splitlines() if line.startswith(f'| {label} | {phase} ('))
+    return [cell.strip() for cell in row.strip('|').split('|')][2:]
+
+
+def test_the_table_counts_its_comparisons_and_flags_singular_cells_in_markdown_and_json(tmp_path):
+    write_records(tmp_path)
+    attention_kappa.main([str(tmp_path), '--out-dir', str(tmp_path / 'out')])
+    result = json.loads((tmp_path / 'out' / 'attention_kappa.json').read_text())
+    text = (tmp_path / 'out' / 'attention_kappa.md').read_text()
+    labels = {q['key']: q['label'] for q in result['quantities']}
+    comparable = 0
+    for key in KEYS:
+        for phase, step in result['phases'].items():
+            values = {arm: [kappa(arm, seed, key, step) for seed in SEEDS] for arm in ('base', 'cond')}
+            singular = {arm: sum(v > SINGULAR for v in values[arm]) for arm in values}
+            entries = result['table'][key][phase]
+            for arm in values:
+                geomean = 10 ** np.log10(values[arm]).mean()
+                assert entries[arm]['summary']['singular'] == (geomean > SINGULAR)
+                assert entries[arm]['summary']['singular_seeds'] == singular[arm]
+            ratio = entries['cond']['ratio']
+            assert (ratio['singular_seeds'], ratio['reference_singular_seeds']) == (singular['cond'], singular['base'])
+            assert ratio['comparable'] == (singular['cond'] == singular['base'] == 0)
+            comparable += ratio['comparable']
+            base_cell, cond_cell = cells_of(text, labels[key], phase)
+            if 10 ** np.log10(values['base']).mean() > SINGULAR:
+                assert base_cell == f'numerically singular ({fmt_singular(values["base"])})'
+            if ratio['comparable']:
+                assert f'p={ratio["p"]:.3g}' in cond_cell
+            else:
+                assert 'p=' not in cond_cell and '×' not in cond_cell
+                assert cond_cell.endswith(f'not comparable: numerically singular on {singular["cond"]} of 3 seeds '
+                                          f'(cond) / {singular["base"]} of 3 (base)')
+    assert 0 < comparable < len(KEYS) * 3  # the records hold both kinds of cell
+    assert result['comparisons'] == comparable
+    assert result['p_floors'] == {'3': 0.25}
+    header = text.splitlines()[0]
+    assert f'; {comparable} comparisons (× with a p), none corrected for multiplicity' in header
+    assert 'the smallest p the seeds allow: 0.25 with 3 seeds (2/2^3)' in header
+    assert '"numerically singular": the geometric mean over the seeds of the mean over windows' in text
+    assert 'tools/analysis/singular_attention.py measures it from a checkpoint' in text
+    assert result['singular_kappa'] == SINGULAR
+    # the JSON holds all the table says
+    assert attention_kappa.markdown(result['arms'], [(q['key'], q['label']) for q in result['quantities']],
+                                    result['phases'], result['table'], result['record_dir']) + '\n' == text

@@ -3,8 +3,8 @@
 from .attention_input import AttentionInputKappa
 from .attention_layers import AttentionLayerKappa
 from .probe import KappaProbe
-from .records import KAPPA_CAP, KappaRecords
+from .records import KAPPA_CAP, SINGULAR_KAPPA, KappaRecords
 from .tokens import TokenKappa
 
-__all__ = ['KappaProbe', 'KappaRecords', 'KAPPA_CAP', 'TokenKappa', 'AttentionInputKappa',
+__all__ = ['KappaProbe', 'KappaRecords', 'KAPPA_CAP', 'SINGULAR_KAPPA', 'TokenKappa', 'AttentionInputKappa',
            'AttentionLayerKappa']

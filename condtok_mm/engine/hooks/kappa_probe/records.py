@@ -11,6 +11,9 @@ from condtok_mm.conditioning import condition_number
 # A float64 SVD cannot resolve a smallest singular value below ~1e-16 s_max: larger kappa means
 # "numerically singular", and capping keeps means and plots finite.
 KAPPA_CAP = 1e16
+# 1 / u, u = eps / 2 the unit roundoff of float32, in which the models compute: a float32 matrix with larger kappa
+# cannot be told from a singular one, so such a value is set by rounding, not by the matrix ("numerically singular").
+SINGULAR_KAPPA = 2.0 / torch.finfo(torch.float32).eps
 
 
 def kappa(matrices: torch.Tensor) -> torch.Tensor:
