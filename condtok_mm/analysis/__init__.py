@@ -6,7 +6,7 @@
     attention_kappa       κ per arm of a suite run, at the start, middle and end of training
     singular_attention    the share of numerically singular (κ > 2**24) windows per attention layer of a cell
     dose_response         AP against each method's strength, from a finished suite run
-    confirmatory_answer   the confirmatory study's answer from its records, by its declared rule
+    confirmatory_answer   a pre-registered study's answer from its records, by its declared rule (--suite)
     repeatability         how far two runs of one cell differ
     training_dynamics     variants trained from the same initial weights, compared block by block
     get_flops             FLOPs with the token conditioner counted

@@ -1,17 +1,20 @@
-"""The answer of the confirmatory study (configs/suites/demo_confirm_swin.py) from its records, by the rule its
-header declared (condtok_mm/suites/confirmatory.py applies it).
+"""The answer of a pre-registered study from its records, by the rule its suite file's header declared
+(condtok_mm/suites/confirmatory.py applies it; its RULES name the studies: configs/suites/demo_confirm_swin.py, the
+confirmatory shapes study, and configs/suites/neon_trees_swin.py, the NEON tree-crown study).
 
-    python tools/analysis/confirmatory_answer.py RECORD_DIR [--out-dir DIR]
+    python tools/analysis/confirmatory_answer.py RECORD_DIR [--suite NAME] [--out-dir DIR]
     # e.g. RECORD_DIR=docs/en/studies/records/demo_confirm_swin (the study's --out-dir or its saved records)
+    # --suite: the study's suite file stem, a key of RULES (default: demo_confirm_swin)
 
 Reads the cells as tools/suites/run_suite.py plans them (each arm's rate chosen on the selection seeds, then the
 reported seeds at it). Prints the answer and its tables: the chosen rates (and whether at the grid's edge), the
 test bbox AP of every arm, B - A and D - A (Holm over the two) and D - B (outside the family), each arm's
-convergence gate, the readings, the validation gaps at every epoch (described), each reported cell's commit and
-CPU kind and the primary without the seeds whose arms ran on different kinds. Until all reported cells have
-finished the answer is "not resolved (incomplete)", the missing cells are named and the tables are marked
-incomplete. Writes answer.md, answer.json and answer.png (the per-seed test differences with their intervals, and
-the validation curves with the gate epochs) in --out-dir (default: RECORD_DIR).
+convergence gate, the readings, the validation gaps at every epoch (described; the early-budget one labelled where
+the rule names one), each reported cell's commit and CPU kind and the primary without the seeds whose arms ran on
+different kinds. Until all reported cells have finished (or, where the rule says so, count as test AP 0) the answer
+is "not resolved (incomplete)", the missing cells are named and the tables are marked incomplete. Writes
+answer.md, answer.json and answer.png (the per-seed test differences with their intervals, and the validation
+curves with the gate epochs, and the early budget where the rule names one) in --out-dir (default: RECORD_DIR).
 """
 import argparse
 import json
@@ -21,7 +24,7 @@ import sys
 
 from tqdm import tqdm
 
-from condtok_mm.suites.confirmatory import SUITE_FILE, ConfirmatoryRule, answer, gather_cells
+from condtok_mm.suites.confirmatory import RULES, answer, gather_cells
 from condtok_mm.suites.plots import save
 from condtok_mm.suites.report import fmt_difference, fmt_p, fmt_values, seeds_text
 from condtok_mm.suites.schema import SuiteError, load_suite
@@ -38,11 +41,15 @@ def fmt_lr(lr):
     return 'not chosen' if lr is None else f'{lr:g}'
 
 
-def fmt_gate(gate):
-    """The gate's row cells: seeds, change, converged, rising."""
+def fmt_gate(gate, counted_as_zero=()):
+    """The gate's row cells: seeds, change, converged, rising (``counted_as_zero``: the arm's seeds counted as test
+    AP 0, which leave it not converged)."""
     if gate is None:
         return '| n/a | n/a | no | no |'
-    converged = 'yes' if gate['converged'] else ('no' if gate['complete'] else 'no (not every seed validated)')
+    if counted_as_zero:
+        converged = f'no (diverged, counted as test AP 0: {seeds_text(counted_as_zero)})'
+    else:
+        converged = 'yes' if gate['converged'] else ('no' if gate['complete'] else 'no (not every seed validated)')
     interval = ('(1 seed)' if gate['low'] is None else
                 f'[{gate["low"]:+.2f}, {gate["high"]:+.2f}]')
     return (f'| {seeds_text(gate["seeds"])} | {gate["mean"]:+.2f} {interval} | {converged} | '
@@ -53,7 +60,7 @@ def markdown(result, rule, record_dir):
     """The answer (:func:`~condtok_mm.suites.confirmatory.answer` under ``rule``) of the records in ``record_dir``
     and its tables, as markdown."""
     reference, primary, family = rule.reference, rule.primary, rule.family
-    lines = [f'# The confirmatory study\'s answer ({SUITE_FILE})', '', f'Records: {record_dir}.', '']
+    lines = [f'# The answer of {rule.suite}', '', f'Records: {record_dir}.', '']
     if not result['complete']:
         lines += [f'**Incomplete: {result["finished"]} of the {result["expected"]} reported cells have finished; '
                   f'the answer is "{result["readings"][primary]["text"]}". The tables describe what exists '
@@ -74,12 +81,15 @@ def markdown(result, rule, record_dir):
                              for row in rate['selection'])
         where = rate['waiting'] if rate['lr'] is None else EDGES[rate['edge']]
         lines.append(f'| {name} | {fmt_lr(rate["lr"])} | {where} | {per_rate or "—"} |')
+    zero = rule.untestable_diverged_as_zero
     lines += ['', f'## Test bbox AP on the reported seeds ({seeds_text(result["seeds"])}), held-out split{suffix}', '',
-              '| arm | lr | seeds | bbox AP | diverged (kept at their test AP) |', '|---|---|---|---|---|']
+              '| arm | lr | seeds | bbox AP | diverged (kept at their test AP) |'
+              + (' diverged, untested (counted as test AP 0) |' if zero else ''),
+              '|---|---|---|---|---|' + ('---|' if zero else '')]
     for name, arm in result['arms'].items():
         seeds = arm['test']['seeds'] if arm['test'] else []
         lines.append(f'| {name} | {fmt_lr(arm["lr"])} | {seeds_text(seeds)} | {fmt_values(arm["test"])} | '
-                     f'{seeds_text(arm["diverged"])} |')
+                     f'{seeds_text(arm["diverged"])} |' + (f' {seeds_text(arm["counted_as_zero"])} |' if zero else ''))
     lines += ['', '| comparison | role | Δ bbox AP [95 % t interval] p (per seed) | p Holm |', '|---|---|---|---|']
     for comparison in result['comparisons']:
         arm = comparison['arm']
@@ -92,7 +102,7 @@ def markdown(result, rule, record_dir):
     lines += ['', f'## Convergence gate: validation bbox AP({last}) − AP({first}) per arm{suffix}', '',
               f'| arm | seeds | change [95 % t interval] | converged (\\|mean\\| < {rule.converged_below_ap:g}) | '
               f'rising (low > {rule.rising_above_ap:g}) |', '|---|---|---|---|---|']
-    lines += [f'| {name} ' + fmt_gate(arm['gate']) for name, arm in result['arms'].items()]
+    lines += [f'| {name} ' + fmt_gate(arm['gate'], arm['counted_as_zero']) for name, arm in result['arms'].items()]
     lines += ['', f'## Validation gaps at every epoch (validation images; described, not decided){suffix}', '',
               '| epoch | ' + ' | '.join(f'{arm} − {reference}' for arm in family) + ' |',
               '|---|' + '---|' * len(family)]
@@ -108,8 +118,10 @@ def markdown(result, rule, record_dir):
               f'{reference} converged and not rising; 2 lo > 0 and p ≤ {rule.alpha:g}; 3 hi < {rule.margin_ap:g} and '
               f'both arms converged and not rising ("the baseline ends ahead" where hi < 0); 4 not resolved. '
               f'Converged: |mean AP({last}) − AP({first})| < {rule.converged_below_ap:g} over every reported seed; '
-              f'rising: its interval\'s low end > {rule.rising_above_ap:g}. AP in percent; p: the exact two-sided '
-              'sign-flip p over all 2^n sign patterns.']
+              f'rising: its interval\'s low end > {rule.rising_above_ap:g}.'
+              + (' A reported cell whose loss diverged and whose checkpoint the test could not score counts as test '
+                 'AP 0, and its arm as not converged.' if rule.untestable_diverged_as_zero else '')
+              + ' AP in percent; p: the exact two-sided sign-flip p over all 2^n sign patterns.']
     return '\n'.join(lines) + '\n'
 
 
@@ -153,7 +165,8 @@ def missing_lines(result):
 
 def plot(result, path):
     """answer.png: the per-seed test differences of the family with their means and 95 % intervals, and each arm's
-    validation curve (mean over the reported seeds, band min-max) with the gate epochs marked."""
+    validation curve (mean over the reported seeds, band min-max) with the gate epochs marked, and the early budget
+    where the rule names one."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -193,9 +206,12 @@ def plot(result, path):
                            [max(point['values']) for point in points], color=f'C{i}', alpha=0.15, linewidth=0)
     for epoch in rule['gate_epochs']:
         right.axvline(epoch, color='0.4', linestyle='--', linewidth=1)
-    right.axvline(rule['early_epoch'], color='0.6', linestyle=':', linewidth=1)
-    right.set_xlabel(f'epoch (dashed: the gate, {" and ".join(map(str, rule["gate_epochs"]))}; dotted: the early '
-                     f'budget, {rule["early_epoch"]})')
+    gate = f'dashed: the gate, {" and ".join(map(str, rule["gate_epochs"]))}'
+    if rule['early_epoch'] is None:
+        right.set_xlabel(f'epoch ({gate})')
+    else:
+        right.axvline(rule['early_epoch'], color='0.6', linestyle=':', linewidth=1)
+        right.set_xlabel(f'epoch ({gate}; dotted: the early budget, {rule["early_epoch"]})')
     right.set_ylabel('validation bbox AP (mean over reported seeds, band min-max)')
     right.set_title('validations during training' + ('' if result['complete'] else ' (incomplete)'), fontsize=10)
     right.grid(True, alpha=0.3)
@@ -206,20 +222,25 @@ def plot(result, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="The confirmatory study's answer from its records, by its rule")
+    parser = argparse.ArgumentParser(description="A pre-registered study's answer from its records, by the rule its "
+                                     'suite file declared')
     parser.add_argument('record_dir', help="the study's --out-dir or its saved records "
                         '(e.g. docs/en/studies/records/demo_confirm_swin)')
+    parser.add_argument('--suite', default='demo_confirm_swin',
+                        help=f'the study, by its suite file stem: one of {", ".join(RULES)} (default: %(default)s)')
     parser.add_argument('--out-dir', help='where answer.md, .json and .png go (default: RECORD_DIR)')
     args = parser.parse_args(argv)
+    if args.suite not in RULES:
+        parser.error(f'--suite {args.suite!r} has no declared rule here; the studies with one: {", ".join(RULES)}')
     if not osp.isdir(args.record_dir):
         parser.error(f'{args.record_dir} is not a directory: give the study\'s --out-dir or its saved records')
+    rule = RULES[args.suite]
     root = package_root()
     try:
-        suite = load_suite(osp.join(root, SUITE_FILE), root)
+        suite = load_suite(osp.join(root, rule.suite), root)
     except SuiteError as error:
         sys.exit(f'error: {error}')
     cells = gather_cells(suite, args.record_dir, progress=lambda new: tqdm(new, desc='cells', unit='cell'))
-    rule = ConfirmatoryRule()
     result = answer(suite, cells, rule)
     out_dir = args.out_dir or args.record_dir
     os.makedirs(out_dir, exist_ok=True)

@@ -14,8 +14,9 @@ tools/analysis/dose_response.py (which reads a finished one).
     plots       the figures (imports matplotlib when called)
     run_suite    the runner's command (tools/suites/run_suite.py): every cell run or gathered, the report written
     save_suite_records  a run's finished cells copied without checkpoints (tools/suites/save_suite_records.py)
-    confirmatory  the confirmatory study's declared rule (configs/suites/demo_confirm_swin.py) applied to its
-                 records: the readings, the convergence gate, the CPU kinds (tools/analysis/confirmatory_answer.py)
+    confirmatory  a pre-registered study's declared rule (one per suite file: demo_confirm_swin, neon_trees_swin)
+                 applied to its records: the readings, the convergence gate, the CPU kinds
+                 (tools/analysis/confirmatory_answer.py)
 
 Not imported by ``condtok_mm`` itself: importing the package registers its modules and does nothing else.
 """

@@ -1,18 +1,20 @@
-"""The answer of the confirmatory study (configs/suites/demo_confirm_swin.py) from its cells' records, by the rule
-its header declared before any cell ran: each arm's rate as the suite's runner chooses it on the selection seeds;
-on the reported seeds the test bbox AP of B - A (primary) and D - A (secondary), paired by seed, Holm-adjusted over
-that family, and D - B outside it; each arm's convergence gate (validation AP at epoch 36 minus 33); the first of
-the ordered readings that holds; the validation gaps at every epoch, described; each cell's commit and CPU kind, and
-the primary without the seeds whose arms ran on different kinds of CPU, described.
+"""The answer of a pre-registered study (a suite whose header declares its decision rule before any cell ran) from
+its cells' records, by that rule: each arm's rate as the suite's runner chooses it on the selection seeds; on the
+reported seeds the test bbox AP of B - A (primary) and D - A (secondary), paired by seed, Holm-adjusted over that
+family, and D - B outside it; each arm's convergence gate (the validation AP change between the rule's gate epochs);
+the first of the ordered readings that holds; the validation gaps at every epoch, described; each cell's commit and
+CPU kind, and the primary without the seeds whose arms ran on different kinds of CPU, described.
 
-The rule's numbers are those of :class:`ConfirmatoryRule`, whose defaults quote the suite's header; every function
-here takes it as an argument. Nothing is decided until every reported cell has finished (a test result on the
-held-out split for every arm and seed): until then the answer is "not resolved (incomplete)", with the cells that
-are missing, and the tables describe what exists. The records are read as tools/suites/run_suite.py reads them
-(its plan, its cell readers, its statistics); nothing else is read or written here.
+The rule's numbers and words are those of a :class:`ConfirmatoryRule`, one per study in :data:`RULES` (each quotes
+its suite's header); every function here takes it as an argument. Nothing is decided until every reported cell has
+finished (a test result on the held-out split for every arm and seed, or, where the rule says so, a diverged cell
+that the test could not score): until then the answer is "not resolved (incomplete)", with the cells that are
+missing, and the tables describe what exists. The records are read as tools/suites/run_suite.py reads them (its
+plan, its cell readers, its statistics); nothing else is read or written here.
 """
 import dataclasses
-from typing import Tuple
+import os.path as osp
+from typing import Optional, Tuple
 
 from .fingerprint import HELD_OUT_KEY, cell_record
 from .plan import STAGES, cells_of_stage, chosen_lr, unfinished_selection
@@ -22,31 +24,42 @@ from .schema import phase_of
 from .statistics import holm, metric_by_seed, paired_difference
 from .tables import validation_rows, with_values
 
-SUITE_FILE = 'configs/suites/demo_confirm_swin.py'  # the study, relative to the checkout
 INCOMPLETE = 'not resolved (incomplete)'
 
 
 @dataclasses.dataclass(frozen=True)
 class ConfirmatoryRule:
-    """The decision rule of configs/suites/demo_confirm_swin.py, as its header declares it (the defaults quote it;
-    a change is a new study).
+    """The decision rule of one pre-registered suite, as its header declares it (the defaults quote
+    configs/suites/demo_confirm_swin.py's; :data:`RULES` holds each study's; a change is a new study).
 
     Args:
+        suite (str): the suite file whose header declares the rule, relative to the checkout.
+            Default: 'configs/suites/demo_confirm_swin.py'.
         reference (str): the baseline arm every family comparison is taken against. Default: 'A_baseline'.
         family (tuple[str]): the arms compared with the reference that Holm's adjustment covers, the primary first.
             Default: ('B_conditioned', 'D_norm_matched').
         metric (str): the endpoint, test (and validation) bbox AP. Default: 'coco/bbox_mAP'.
-        margin_ap (float): reading 3 needs the interval of an arm's difference to end below it: the smallest gap a
-            user would act on, which no reading goes below. Default: 2.0.
-        converged_below_ap (float): an arm converged where |mean of AP(36) - AP(33)| is below it. Default: 1.0.
+        margin_ap (float): reading 3 needs the interval of an arm's difference to end below it (its header says
+            what the gap stands for). Default: 2.0.
+        converged_below_ap (float): an arm converged where |mean of AP(last) - AP(first)| over the gate epochs is
+            below it. Default: 1.0.
         rising_above_ap (float): an arm is still rising where that change's interval starts above it, whatever
             the gate says. Default: 0.5.
-        gate_epochs (tuple[int, int]): the validations the gate compares, both after the last rate cut.
-            Default: (33, 36).
+        gate_epochs (tuple[int, int]): the validations the gate compares (first, last). Default: (33, 36).
         alpha (float): readings 1 and 2 need the Holm-adjusted p at most this. Default: 0.05.
-        early_epoch (int): the validation whose gap is the early-budget comparison (described, not decided).
-            Default: 12.
+        early_epoch (int, optional): the validation whose gap is the early-budget comparison (described, not
+            decided); None where the header names none. Default: 12.
+        better_text (str): the words of reading 1. Default: 'a better final detector'.
+        ahead_text (str): the words of reading 2, formatted with ``arm`` and ``epoch`` (the gate's last).
+            Default: '{arm} ahead at {epoch} epochs, the baseline still rising: the final detector not resolved'.
+        not_better_text (str): the words of reading 3, formatted with ``margin`` (margin_ap); ' (the baseline ends
+            ahead)' is added where the interval ends below 0. Default: 'not a better final detector by {margin} AP
+            or more'.
+        untestable_diverged_as_zero (bool): whether a reported cell whose loss diverged and whose checkpoint the
+            test could not score counts as test AP 0, and its arm as not converged (else it stays missing, as any
+            cell without a test result). Default: False.
     """
+    suite: str = 'configs/suites/demo_confirm_swin.py'
     reference: str = 'A_baseline'
     family: Tuple[str, ...] = ('B_conditioned', 'D_norm_matched')
     metric: str = 'coco/bbox_mAP'
@@ -55,7 +68,11 @@ class ConfirmatoryRule:
     rising_above_ap: float = 0.5
     gate_epochs: Tuple[int, int] = (33, 36)
     alpha: float = 0.05
-    early_epoch: int = 12
+    early_epoch: Optional[int] = 12
+    better_text: str = 'a better final detector'
+    ahead_text: str = '{arm} ahead at {epoch} epochs, the baseline still rising: the final detector not resolved'
+    not_better_text: str = 'not a better final detector by {margin} AP or more'
+    untestable_diverged_as_zero: bool = False
 
     @property
     def primary(self):
@@ -63,9 +80,23 @@ class ConfirmatoryRule:
         return self.family[0]
 
 
+# each pre-registered study's rule, by its suite file's stem; the numbers and words quote the suite's header
+RULES = {
+    'demo_confirm_swin': ConfirmatoryRule(),
+    'neon_trees_swin': ConfirmatoryRule(
+        suite='configs/suites/neon_trees_swin.py', gate_epochs=(360, 400), early_epoch=None,
+        better_text='a better detector on the held-out image',
+        ahead_text='{arm} ahead at the end of the schedule, the baseline not settled: not resolved',
+        not_better_text='not a better detector by {margin} AP or more', untestable_diverged_as_zero=True),
+}
+
+
 def rule_mismatch(suite, rule):
-    """None where the suite's arms, reference, family and metric are the rule's, else what differs (the rule is
-    this study's: another suite needs its own)."""
+    """None where the suite is the rule's file (by its name: a copy of the study's checkout is the same study) with
+    the rule's arms, reference, family and metric, else what differs (a rule is one study's: another suite needs
+    its own, in :data:`RULES`)."""
+    if osp.basename(suite.path) != osp.basename(rule.suite):
+        return f'the suite is {suite.path}, not {rule.suite}'
     arms = {rule.reference, *rule.family}
     if set(suite.variants) != arms:
         return f'{suite.path} has the arms {sorted(suite.variants)}, the rule {sorted(arms)}'
@@ -126,11 +157,19 @@ def reported_record_problem(suite, cell, record):
     return None
 
 
-def reported_cells(suite, cells, rates, metric):
-    """(finished, records, missing) of the reported seeds: the cells with a test ``metric`` and a record that says
-    they were tested on the held-out split; {(arm, seed): their suite_cell.json}; one dict(variant, lr, seed, why)
-    for every arm and reported seed without such a cell, in seed order."""
-    finished, records, missing = [], {}, []
+def counts_as_zero(cell, rule):
+    """Whether the rule counts a reported cell without a test result as test AP 0: its loss diverged and its
+    training ended (its final checkpoint exists, so the test the runner runs next had it and could not score it)."""
+    return (rule.untestable_diverged_as_zero and bool((cell.results or {}).get('diverged'))
+            and osp.isfile(cell.checkpoint))
+
+
+def reported_cells(suite, cells, rates, rule):
+    """(finished, zeroed, records, missing) of the reported seeds: the cells with a test metric and a record that
+    says they were tested on the held-out split; the cells with such a record and no test result that the rule
+    counts as test AP 0 (:func:`counts_as_zero`); {(arm, seed): their suite_cell.json}, of both; one
+    dict(variant, lr, seed, why) for every arm and reported seed without either, in seed order."""
+    finished, zeroed, records, missing = [], [], {}, []
     for seed in suite.seeds:
         for name in suite.variants:
             lr = rates[name]['lr']
@@ -148,14 +187,18 @@ def reported_cells(suite, cells, rates, metric):
                 why = reported_record_problem(suite, cell, record)
             if 'unreadable' in results:
                 why = results['unreadable']
-            elif metric not in results.get('metrics', {}):
+            elif rule.metric not in results.get('metrics', {}):
+                if not why and counts_as_zero(cell, rule):
+                    zeroed.append(cell)
+                    records[name, seed] = record
+                    continue
                 why = 'no test result (not run, or not finished)'
             if why:
                 missing.append(dict(variant=name, lr=lr, seed=seed, why=why))
             else:
                 finished.append(cell)
                 records[name, seed] = record
-    return finished, records, missing
+    return finished, zeroed, records, missing
 
 
 def validation_by_seed(rows):
@@ -167,18 +210,19 @@ def validation_by_seed(rows):
     return curves
 
 
-def convergence_gate(curve, seeds, rule):
+def convergence_gate(curve, seeds, rule, diverged=()):
     """The gate of one arm from its validations ``curve`` ({epoch: {seed: AP}}): the paired change between the
-    rule's gate epochs over the reported ``seeds`` (mean, 95 % t interval), converged where every seed has both and
-    |mean| < converged_below_ap, rising where the interval's low end is above rising_above_ap; None without a seed
-    that has both."""
+    rule's gate epochs over the reported ``seeds`` (mean, 95 % t interval), converged where every seed has both,
+    |mean| < converged_below_ap and no seed is in ``diverged`` (the arm's seeds counted as test AP 0), rising where
+    the interval's low end is above rising_above_ap; None without a seed that has both."""
     before, after = (curve.get(epoch, {}) for epoch in rule.gate_epochs)
     change = paired_difference({s: v for s, v in after.items() if s in seeds},
                                {s: v for s, v in before.items() if s in seeds})
     if change is None:
         return None
     complete = change['seeds'] == sorted(seeds)
-    return dict(change, complete=complete, converged=complete and abs(change['mean']) < rule.converged_below_ap,
+    converged = complete and not diverged and abs(change['mean']) < rule.converged_below_ap
+    return dict(change, complete=complete, converged=converged,
                 rising=change['low'] is not None and change['low'] > rule.rising_above_ap)
 
 
@@ -189,14 +233,13 @@ def settled(gate):
 
 def reading_text(number, arm, difference, rule):
     """The words of reading ``number`` for ``arm`` (its difference to the reference: reading 3 says "the baseline
-    ends ahead" where the interval ends below 0)."""
+    ends ahead" where the interval ends below 0), the rule's."""
     if number == 1:
-        return 'a better final detector'
+        return rule.better_text
     if number == 2:
-        return (f'{arm} ahead at {rule.gate_epochs[1]} epochs, the baseline still rising: the final detector not '
-                'resolved')
+        return rule.ahead_text.format(arm=arm, epoch=rule.gate_epochs[1])
     if number == 3:
-        text = f'not a better final detector by {rule.margin_ap:g} AP or more'
+        text = rule.not_better_text.format(margin=f'{rule.margin_ap:g}')
         return text + ' (the baseline ends ahead)' if difference['high'] < 0 else text
     return 'not resolved'
 
@@ -253,22 +296,26 @@ def family_comparisons(test, rule):
 
 def answer(suite, cells, rule):
     """The study's answer from its gathered ``cells`` (:func:`gather_cells`) under ``rule``
-    (:class:`ConfirmatoryRule`): a JSON-ready dict with the rates, the reported cells (finished, missing), each
-    arm's test metric and gate, the comparisons (difference, Holm p), the readings (INCOMPLETE until every reported
-    cell has finished), the validation gaps and the machines. Raises ValueError where the suite is not the rule's."""
+    (:class:`ConfirmatoryRule`): a JSON-ready dict with the rates, the reported cells (finished, counted as test
+    AP 0, missing), each arm's test metric and gate, the comparisons (difference, Holm p), the readings (INCOMPLETE
+    until every reported cell has finished), the validation gaps and the machines. Raises ValueError where the
+    suite is not the rule's."""
     mismatch = rule_mismatch(suite, rule)
     if mismatch:
-        raise ValueError(f'the rule is that of {SUITE_FILE}: {mismatch}')
+        raise ValueError(f'the rule is that of {rule.suite}: {mismatch}')
     rates = chosen_rates(suite, cells)
-    finished, records, missing = reported_cells(suite, cells, rates, rule.metric)
+    finished, zeroed, records, missing = reported_cells(suite, cells, rates, rule)
     expected = len(suite.variants) * len(suite.seeds)
-    test = {name: metric_by_seed(finished, name, rates[name]['lr'], rule.metric) for name in suite.variants}
+    zero_seeds = {name: sorted(cell.seed for cell in zeroed if cell.variant == name) for name in suite.variants}
+    test = {name: {**metric_by_seed(finished, name, rates[name]['lr'], rule.metric),
+                   **dict.fromkeys(zero_seeds[name], 0.0)} for name in suite.variants}
     chosen = [dict(variant=name, lr=rates[name]['lr'], reference=suite.variants[name].reference,
                    reference_lr=rates[suite.variants[name].reference]['lr'] if suite.variants[name].reference
                    else None) for name in suite.variants if rates[name]['lr'] is not None]
-    rows = validation_rows(suite, finished, chosen)
+    rows = validation_rows(suite, finished + zeroed, chosen)
     curves = validation_by_seed(rows)
-    gates = {name: convergence_gate(curves.get(name, {}), suite.seeds, rule) for name in suite.variants}
+    gates = {name: convergence_gate(curves.get(name, {}), suite.seeds, rule, zero_seeds[name])
+             for name in suite.variants}
     comparisons = family_comparisons(test, rule)
     complete = not missing
     readings = {}
@@ -284,11 +331,12 @@ def answer(suite, cells, rule):
     gaps = [dict(arm=row['variant'], epoch=row['epoch'], early_budget=row['epoch'] == rule.early_epoch,
                  difference=row['difference']) for row in rows if row['difference'] is not None]
     return dict(suite=suite.path, rule=dataclasses.asdict(rule), seeds=suite.seeds,
-                selection_seeds=suite.selection_seeds, complete=complete, finished=len(finished), expected=expected,
-                missing=missing, rates=rates,
+                selection_seeds=suite.selection_seeds, complete=complete, finished=len(finished) + len(zeroed),
+                expected=expected, missing=missing, rates=rates,
                 arms={name: dict(lr=rates[name]['lr'], test=with_values(test[name]), gate=gates[name],
                                  diverged=sorted(cell.seed for cell in finished
                                                  if cell.variant == name and cell.results.get('diverged')),
+                                 counted_as_zero=zero_seeds[name],
                                  validation=[dict(epoch=epoch, **with_values(values))
                                              for epoch, values in sorted(curves.get(name, {}).items()) if values])
                       for name in suite.variants},

@@ -1,31 +1,27 @@
 """The confirmatory study's rule (condtok_mm/suites/confirmatory.py, tools/analysis/confirmatory_answer.py) on
 written records of configs/suites/demo_confirm_swin.py: each reading is reached when, and only when, its condition
 holds (at the boundaries too), the numbers against numpy/scipy and Holm by hand, the incomplete answer names the
-missing cells, the seeds whose arms ran on different CPU kinds are left out of the description only, and each
-arm's rate is the runner's choice (at the grid's edge where it is)."""
+missing cells (a diverged cell without a test among them: this header counts none as AP 0), the seeds whose arms
+ran on different CPU kinds are left out of the description only, and each arm's rate is the runner's choice (at the
+grid's edge where it is)."""
 import dataclasses
-import itertools
+import functools
 import json
 import os.path as osp
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from condtok_mm.analysis import confirmatory_answer
-from condtok_mm.suites.confirmatory import (INCOMPLETE, ConfirmatoryRule, answer, convergence_gate, gather_cells,
-                                            reading)
-from condtok_mm.suites.fingerprint import write_fingerprint
-from condtok_mm.suites.plan import make_cell
+from condtok_mm.suites.confirmatory import INCOMPLETE, RULES, ConfirmatoryRule, answer, convergence_gate, reading
 from condtok_mm.suites.schema import load_suite
+from helpers import confirmatory_records
+from helpers.confirmatory_records import A, B, CPU, D, as_read, selection_ap, sign_flip_p, t_interval
 from helpers.repo import REPO_ROOT
-from helpers.suite_runs import write_cell
 
 CONFIRM = osp.join(REPO_ROOT, 'configs', 'suites', 'demo_confirm_swin.py')
-A, B, D = 'A_baseline', 'B_conditioned', 'D_norm_matched'
 SEEDS = list(range(9, 21))
 EPOCHS = (6, 12, 18, 24, 30, 33, 36)
-CPU = 'AMD EPYC (AVX512)'
 RULE = ConfirmatoryRule()
 # per-seed differences (AP points), seeds 9-20. In the ones whose p is checked no sign pattern ties the observed
 # |sum| in exact arithmetic but its own negation, so that the p-value does not hang on float rounding.
@@ -41,84 +37,15 @@ RISING = [1.6, 2.1, 1.2, 1.9, 1.4, 2.3, 1.7, 1.5, 2.0, 1.1, 1.8, 1.6]  # mean 1.
 SLOW_RISE = [0.8, 0.9, 0.7, 0.85, 0.75, 0.9, 0.8, 0.7, 0.95, 0.8, 0.85, 0.75]  # mean 0.81 < 1, low 0.76 > 0.5
 
 
-def as_read(value):
-    """A percent AP as the records give it back: written as a fraction, read times 100."""
-    return 100 * (value / 100)
-
-
-def sign_flip_p(d):
-    """Exact two-sided sign-flip p by enumerating every sign pattern."""
-    d = np.asarray(d, dtype=np.float64)
-    flips = np.array(list(itertools.product((1, -1), repeat=len(d)))) @ d
-    return float(np.mean(np.abs(flips) >= abs(d.sum()) - 1e-9))
-
-
-def t_interval(d):
-    d = np.asarray(d, dtype=np.float64)
-    return stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+# the study's records (helpers.confirmatory_records.write_study) with its validations and gate, and their answer
+write_study = functools.partial(confirmatory_records.write_study, epochs=EPOCHS, gate_epochs=RULE.gate_epochs)
+answer_of = functools.partial(confirmatory_records.answer_of, rule=RULE)
+flat_changes = functools.partial(confirmatory_records.arm_changes, FLAT)
 
 
 @pytest.fixture(scope='module')
 def suite():
     return load_suite(CONFIRM, REPO_ROOT)
-
-
-def write_record(suite, root, variant, lr, seed, cpu=CPU, held_out=True):
-    """The cell's suite_cell.json as the runner writes it (a reported cell's with the held-out test options)."""
-    cell = make_cell(suite, variant, lr, seed, str(root), [])
-    record = dict(config={}, options=list(cell.options), seed=seed, lr=lr, version='0.1.0', inputs={})
-    if seed in suite.seeds and held_out:
-        record['test_options'] = list(suite.held_out)
-    write_fingerprint(cell, record, commit='8641aba33594', wall_s=1200.0, cpu=cpu, checkpoint_sha256='0' * 64)
-
-
-def selection_ap(variant, lr, seed, best):
-    """Selection-seed AP (percent) peaking at the arm's ``best`` rate."""
-    return 20.0 + (8.0 if lr == best[variant] else 1000 * lr) + 0.5 * seed
-
-
-def write_study(suite, root, b_minus_a, d_minus_a, changes, best=None, cpus=None, untested=(), not_held_out=(),
-                skip_selection=()):
-    """Records of the study under ``root``: every selection cell (each arm best at ``best[arm]``, 1e-3 by
-    default; 8e-3 runs where an arm is best at 4e-3), the reported cells at the best rates with test AP
-    A + difference and validations rising to AP(33), then AP(33) + ``changes[arm][i]`` at 36. ``cpus``:
-    {(arm, seed): CPU kind}; ``untested``, ``not_held_out``: (arm, seed) without a test, or whose record lacks the
-    held-out options; ``skip_selection``: (arm, lr, seed) selection cells left out. Returns the test APs and
-    validations written, {arm: {seed: AP}} and {arm: {seed: {epoch: AP}}}."""
-    best = {A: 1e-3, B: 1e-3, D: 1e-3, **(best or {})}
-    for variant in (A, B, D):
-        lrs = suite.variants[variant].lrs + ([8e-3] if best[variant] in (4e-3, 8e-3) else [])
-        for lr, seed in itertools.product(lrs, suite.selection_seeds):
-            if (variant, lr, seed) in skip_selection:
-                continue
-            ap = selection_ap(variant, lr, seed, best)
-            write_cell(str(root), variant, lr, seed, ap / 100, ap / 200, [2.0, 1.5, 1.0],
-                       validations={epoch: ap * epoch / 3600 for epoch in EPOCHS})
-            write_record(suite, root, variant, lr, seed)
-    base = {seed: 25.0 + 0.7 * (seed * 7 % 5) for seed in SEEDS}
-    test = {A: base, B: {s: base[s] + d for s, d in zip(SEEDS, b_minus_a)},
-            D: {s: base[s] + d for s, d in zip(SEEDS, d_minus_a)}}
-    validation = {}
-    for variant in (A, B, D):
-        for i, seed in enumerate(SEEDS):
-            curve = {epoch: test[variant][seed] * epoch / 36 for epoch in EPOCHS[:-1]}
-            curve[36] = curve[33] + changes[variant][i]
-            validation.setdefault(variant, {})[seed] = curve
-            bbox = None if (variant, seed) in untested else test[variant][seed] / 100
-            segm = None if bbox is None else 0.8 * bbox  # not the endpoint
-            write_cell(str(root), variant, best[variant], seed, bbox, segm, [2.0, 1.5, 1.0],
-                       validations={epoch: value / 100 for epoch, value in curve.items()})
-            write_record(suite, root, variant, best[variant], seed, cpu=(cpus or {}).get((variant, seed), CPU),
-                         held_out=(variant, seed) not in not_held_out)
-    return test, validation
-
-
-def answer_of(suite, root, rule=RULE):
-    return answer(suite, gather_cells(suite, str(root)), rule)
-
-
-def flat_changes(**arms):
-    return {A: FLAT, B: FLAT, D: FLAT, **{dict(a=A, b=B, d=D)[key]: value for key, value in arms.items()}}
 
 
 def test_a_better_final_detector_with_every_number_against_numpy_scipy_and_holm_by_hand(suite, tmp_path):
@@ -349,3 +276,15 @@ def test_a_rule_that_is_not_the_suites_is_refused_naming_what_differs(suite):
         answer(suite, [], dataclasses.replace(RULE, family=(D, B)))
     with pytest.raises(ValueError, match='arms'):
         answer(suite, [], dataclasses.replace(RULE, family=(B, 'C_other')))
+
+
+def test_the_registered_rule_of_this_suite_keeps_a_diverged_cell_without_a_test_missing(suite, tmp_path):
+    # its header: a diverged cell keeps the AP its checkpoint's test gives, and says nothing of a test that cannot run
+    assert RULES['demo_confirm_swin'] == RULE and RULE.suite == 'configs/suites/demo_confirm_swin.py'
+    write_study(suite, tmp_path, AHEAD, NULL_WIDE, flat_changes(), diverged=[(B, 14)])
+    result = answer_of(suite, tmp_path)
+    assert [(m['variant'], m['lr'], m['seed'], m['why']) for m in result['missing']] == [
+        (B, 1e-3, 14, 'no test result (not run, or not finished)')]
+    assert not result['complete'] and result['finished'] == 35
+    assert result['arms'][B]['counted_as_zero'] == [] and 14 not in result['arms'][B]['test']['seeds']
+    assert result['readings'][B] == dict(number=None, text=INCOMPLETE)
