@@ -47,7 +47,7 @@
 #   described with the same statistics, outside the family, uncorrected, supporting no claim. Described, uncorrected:
 #   the test AP50 and small-crown AP (coco/bbox_mAP_s, near its floor in the pilot: 0.5-2), the validation gap at
 #   every validation, and the crowns found on the merged test photograph (each crown once; the picture's counts).
-# - Convergence gate, per arm, on the reported seeds' validations at epochs 360 and 400 (20 epochs after the first
+# - Convergence gate, per arm, on the reported seeds' validations at epochs 360 and 400 (40 epochs after the first
 #   cut, then across the second and its 20 epochs): the paired change AP(400) - AP(360) over seeds 2-9, its mean
 #   and 95 % t interval. The arm settled if the mean is below 1 AP in size; it is still rising if the interval's low
 #   end is above 0.5 AP, and is then reported as rising whatever the gate says. The gate says whether the AP settled
