@@ -21,7 +21,7 @@ from .plan import STAGES, cells_of_stage, chosen_lr, unfinished_selection
 from .report import commits_of, cpus_of
 from .results import UnreadableCellFile, cell_results
 from .schema import phase_of
-from .statistics import holm, metric_by_seed, paired_difference
+from .statistics import below, holm, metric_by_seed, paired_difference
 from .tables import validation_rows, with_values
 
 INCOMPLETE = 'not resolved (incomplete)'
@@ -213,15 +213,16 @@ def validation_by_seed(rows):
 def convergence_gate(curve, seeds, rule, diverged=()):
     """The gate of one arm from its validations ``curve`` ({epoch: {seed: AP}}): the paired change between the
     rule's gate epochs over the reported ``seeds`` (mean, 95 % t interval), converged where every seed has both,
-    |mean| < converged_below_ap and no seed is in ``diverged`` (the arm's seeds counted as test AP 0), rising where
-    the interval's low end is above rising_above_ap; None without a seed that has both."""
-    before, after = (curve.get(epoch, {}) for epoch in rule.gate_epochs)
-    change = paired_difference({s: v for s, v in after.items() if s in seeds},
-                               {s: v for s, v in before.items() if s in seeds})
+    |mean| < converged_below_ap (a mean that equals it in exact arithmetic is not below it:
+    :func:`~condtok_mm.suites.statistics.below`) and no seed is in ``diverged`` (the arm's seeds counted as test AP
+    0), rising where the interval's low end is above rising_above_ap; None without a seed that has both."""
+    before, after = ({s: v for s, v in curve.get(epoch, {}).items() if s in seeds} for epoch in rule.gate_epochs)
+    change = paired_difference(after, before)
     if change is None:
         return None
     complete = change['seeds'] == sorted(seeds)
-    converged = complete and not diverged and abs(change['mean']) < rule.converged_below_ap
+    scale = max(abs(value) for values in (before, after) for value in values.values())
+    converged = complete and not diverged and below(abs(change['mean']), rule.converged_below_ap, scale)
     return dict(change, complete=complete, converged=converged,
                 rising=change['low'] is not None and change['low'] > rule.rising_above_ap)
 

@@ -10,7 +10,8 @@ from scipy import stats
 
 REPORTED_METRICS = {'coco/bbox_mAP': 'bbox AP', 'coco/segm_mAP': 'segm AP'}  # fractions; reported in percent
 MAX_EXACT_SEEDS = 20  # 2^20 sign flips: the exact test's limit here
-TIE_TOLERANCE = 1e-9  # of sum |d|: far above float64 rounding of a sum of 20 terms, far below a rounded AP's step
+# of the size of the values summed: far above float64 rounding of a sum of 20 terms, far below a rounded AP's step
+TIE_TOLERANCE = 1e-9
 
 
 def mean_std(values):
@@ -84,16 +85,28 @@ def metric_by_seed(cells, variant, lr, metric, seeds=None):
             and (seeds is None or cell.seed in seeds)}
 
 
+def below(value, bound, scale):
+    """Whether ``value`` is below ``bound`` by more than float rounding: a value computed from metrics that are
+    rounded decimals (CocoMetric's three decimals of a fraction) can miss a bound it equals in exact arithmetic by
+    a few ulps on either side, and then counts as equal to it. ``scale``: the size of the metrics it was computed
+    from (the rounding is relative to them)."""
+    return value < bound - TIE_TOLERANCE * scale
+
+
 def best_lr(cells, variant, metric, seeds=None):
     """The variant's rate with the best mean metric over its seeds (``seeds`` where given; None while none
-    finished)."""
+    finished); a tie, equal means in exact arithmetic (:func:`below`), goes to the smaller rate."""
     by_lr = {}
     for cell in cells:
         if (cell.variant == variant and metric in (cell.results or {}).get('metrics', {})
                 and (seeds is None or cell.seed in seeds)):
             by_lr.setdefault(cell.lr, []).append(cell.results['metrics'][metric])
-    # max keeps the first of equal means: over the rates in increasing order, a tie goes to the smaller rate
-    return max(sorted(by_lr), key=lambda lr: statistics.fmean(by_lr[lr])) if by_lr else None
+    if not by_lr:
+        return None
+    means = {lr: statistics.fmean(values) for lr, values in by_lr.items()}
+    best = max(means.values())
+    scale = max(abs(value) for values in by_lr.values() for value in values)
+    return min(lr for lr, mean in means.items() if not below(mean, best, scale))
 
 
 def reported_metrics(metric):

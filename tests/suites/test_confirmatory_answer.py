@@ -185,6 +185,27 @@ def test_the_gate_at_its_boundaries_and_over_the_reported_seeds_only():
     assert convergence_gate({}, SEEDS, RULE) is None
 
 
+@pytest.mark.parametrize('changes', [[12, 5, 8, 20, 20, 20, 12, 5, 20, 8, 8, -18],
+                                     [-20, -20, -15, 0, -20, -12, -8, -12, -5, -10, -8, 10]])
+def test_a_gate_change_of_exactly_one_ap_is_not_below_one_where_float_rounding_puts_it_below(changes):
+    # validation APs as CocoMetric rounds them (three decimals of a fraction; ``changes`` in its steps of 0.1 AP),
+    # read in percent: the changes sum to +-12.0 AP over the twelve seeds, a mean of exactly 1 AP in size, which
+    # float rounding of the per-seed differences puts a few ulps below 1
+    before = dict(zip(SEEDS, [312, 287, 301, 295, 330, 276, 318, 289, 305, 322, 298, 310]))
+    after = {seed: before[seed] + change for seed, change in zip(SEEDS, changes)}
+    assert abs(sum(changes)) == 120
+    def as_recorded(steps):  # the fraction CocoMetric logs (steps / 1000), read in percent
+        return 100 * (steps / 1000)
+
+    curve = {33: {s: as_recorded(v) for s, v in before.items()}, 36: {s: as_recorded(v) for s, v in after.items()}}
+    gate = convergence_gate(curve, SEEDS, RULE)
+    assert abs(gate['mean']) < 1  # in float
+    assert not gate['converged']
+    # one step less in one seed: 11.9 AP in all, below 1 AP in size
+    curve[36][20] = as_recorded(after[20] - np.sign(sum(changes)))
+    assert convergence_gate(curve, SEEDS, RULE)['converged']
+
+
 def test_until_every_reported_cell_finished_the_answer_is_incomplete_naming_the_missing(suite, tmp_path, capsys):
     test, _ = write_study(suite, tmp_path, AHEAD, NULL_WIDE, flat_changes(), untested=[(B, 14)],
                           not_held_out=[(D, 17)])

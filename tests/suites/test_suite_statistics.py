@@ -1,9 +1,11 @@
 """The suite runner's statistics (condtok_mm/suites/statistics.py, tables.py, results.py) against numpy and
 scipy computed by hand: the exact paired sign-flip p-value, Holm's correction, a rate chosen on the selection
-seeds and reported on the others, per-arm references, and plateau escape on written runs."""
+seeds and reported on the others (a tie of means in exact arithmetic going to the smaller rate), per-arm
+references, and plateau escape on written runs."""
 import itertools
 import json
 import math
+import statistics
 from types import SimpleNamespace
 
 import numpy as np
@@ -63,6 +65,25 @@ def test_a_tie_of_mean_metrics_goes_to_the_smaller_rate_in_whatever_order_the_ce
     assert best_lr(cells, 'B', 'coco/bbox_mAP') == 1e-3
     assert best_lr(cells[::-1], 'B', 'coco/bbox_mAP') == 1e-3
     assert best_lr(cells, 'B', 'coco/bbox_mAP', seeds=[0]) == 4e-3
+
+
+@pytest.mark.parametrize('smaller, larger', [((0.300, 0.300), (0.322, 0.278)), ((0.322, 0.278), (0.300, 0.300))])
+def test_means_equal_in_exact_arithmetic_but_not_in_float_are_a_tie_that_goes_to_the_smaller_rate(smaller, larger):
+    # APs as CocoMetric rounds them (three decimals of a fraction), read in percent: both rates' sums are 60.0 AP,
+    # but float rounding puts mean(32.2, 27.8) one ulp above mean(30.0, 30.0)
+    def cell(lr, seed, ap):
+        return SimpleNamespace(variant='B', lr=lr, seed=seed, results=dict(metrics={'coco/bbox_mAP': 100 * ap}))
+
+    means = {lr: statistics.fmean([100 * ap for ap in aps]) for lr, aps in ((1e-3, smaller), (2e-3, larger))}
+    assert means[1e-3] != means[2e-3]  # what the float comparison alone would decide on
+    cells = [cell(lr, seed, ap) for lr, aps in ((1e-3, smaller), (2e-3, larger)) for seed, ap in enumerate(aps)]
+    cells.append(cell(5e-4, 0, 0.250))
+    assert best_lr(cells, 'B', 'coco/bbox_mAP') == 1e-3
+    assert best_lr(cells[::-1], 'B', 'coco/bbox_mAP') == 1e-3
+    # a mean one rounded AP step (0.1 AP over two seeds) above the other is no tie
+    cells.append(cell(2e-3, 2, 0.301))
+    cells.append(cell(1e-3, 2, 0.300))
+    assert best_lr(cells, 'B', 'coco/bbox_mAP') == 2e-3
 
 
 def test_three_seeds_cannot_go_below_a_quarter_and_too_many_are_refused():
