@@ -177,6 +177,20 @@ def test_a_diverged_cell_whose_test_never_ended_is_not_saved_and_stays_missing(s
     assert result['readings'][B] == dict(number=None, text=INCOMPLETE)
 
 
+def test_a_cell_whose_test_ended_without_a_result_and_whose_loss_stayed_finite_is_missing_and_not_saved(suite,
+                                                                                                       tmp_path):
+    """A failed cell, not a diverged one: the rule runs it again (--resume), so nothing counts it."""
+    out_dir, record_dir = tmp_path / 'out', tmp_path / 'records'
+    write_study(suite, out_dir, WELL_AHEAD, NULL_WIDE, flat_changes(), untested=[(A, 5)])
+    confirmatory_records.write_record(suite, out_dir, A, 1e-3, 5)  # the SHA-256 of the checkpoint a test ended on
+    cells = save_suite_records.save_records(str(out_dir), str(record_dir))
+    assert osp.join(A, 'lr0.001', 'seed5') not in cells and len(cells) == 18 + 23
+    for root in (out_dir, record_dir):
+        result = answer_of(suite, root)
+        assert [(m['variant'], m['seed'], m['why']) for m in result['missing']] == [(A, 5, NO_TEST)]
+        assert result['arms'][A]['counted_as_zero'] == [] and not result['complete']
+
+
 def test_the_tool_answers_the_neon_suite_by_name_with_its_words_and_no_early_budget(suite, tmp_path, capsys,
                                                                                    monkeypatch):
     write_study(suite, tmp_path / 'records', WELL_AHEAD, NULL_WIDE, flat_changes(), diverged=[(A, 5)])
