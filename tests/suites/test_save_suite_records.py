@@ -82,8 +82,8 @@ def test_the_runner_gathers_the_same_results_from_the_records_and_would_resume_o
 def diverged_run(tmp_path, test_ended):
     """A suite run of 2 variants x 2 seeds at one rate: three finished cells, and cond seed 1, whose loss went
     non-finite and whose training ended (its final checkpoint there), with its test ended without a result (its
-    test.log a traceback, its record the checkpoint's SHA-256, as the runner leaves them) where ``test_ended``,
-    else stopped before its test (neither); returns (suite path, out dir)."""
+    test.log, its test JSON without COCO metrics, its record the checkpoint's SHA-256, as the runner leaves them)
+    where ``test_ended``, else stopped before its test (none of them); returns (suite path, out dir)."""
     out_dir = tmp_path / 'out'
     for variant, seed, bbox in (('baseline', 0, 0.1), ('baseline', 1, 0.2), ('cond', 0, 0.3)):
         write_cell(str(out_dir), variant, 1e-3, seed, bbox, 0.05, [3.0, 2.0, 1.0])
@@ -94,6 +94,8 @@ def diverged_run(tmp_path, test_ended):
     if test_ended:
         cell = out_dir / 'cond' / 'lr0.001' / 'seed1'
         (cell / 'test.log').write_text(TEST_LOG)
+        (cell / 'test' / '20260101_000100').mkdir(parents=True)
+        (cell / 'test' / '20260101_000100' / '20260101_000100.json').write_text(json.dumps({'time': 1.0}))
         record = json.loads((cell / 'suite_cell.json').read_text())
         record['checkpoint_sha256'] = hashlib.sha256((cell / 'epoch_1.pth').read_bytes()).hexdigest()
         (cell / 'suite_cell.json').write_text(json.dumps(record))
@@ -113,7 +115,8 @@ def test_a_diverged_cell_is_kept_without_its_checkpoint_where_its_test_ended_wit
         return
     # no checkpoint: its record (the SHA-256 of the checkpoint the test ended on) and the test's log are the evidence
     assert diverged == [f'cond/lr0.001/seed1/{name}' for name in (
-        '20260101_000000/vis_data/scalars.json', 'suite_cell.json', 'test.log')]
+        '20260101_000000/vis_data/scalars.json', 'suite_cell.json', 'test.log',
+        'test/20260101_000100/20260101_000100.json')]
     cell = record_dir / 'cond' / 'lr0.001' / 'seed1'
     assert (cell / 'suite_cell.json').read_text() == (out_dir / 'cond' / 'lr0.001' / 'seed1' / 'suite_cell.json'
                                                       ).read_text()
