@@ -158,11 +158,11 @@ def reported_record_problem(suite, cell, record):
 
 
 def counts_as_zero(cell, record, rule):
-    """Whether the rule counts a reported cell without a test result as test AP 0: its loss diverged and its test
-    ended on its final checkpoint without scoring it, as its ``record`` (its suite_cell.json) says
-    (:func:`~condtok_mm.suites.results.diverged_untestable`; saved records keep no checkpoint, so the record is the
-    evidence). A cell whose training has not ended, or whose test was stopped or never started, does not count:
-    --resume tests it."""
+    """Whether ``rule`` (its untestable_diverged_as_zero) counts a reported ``cell`` without a test result, gathered
+    with its results, as test AP 0: its loss diverged and its test ended on its final checkpoint without scoring
+    it, as its ``record`` (its suite_cell.json) says (:func:`~condtok_mm.suites.results.diverged_untestable`; saved
+    records keep no checkpoint, so the record is the evidence). A cell whose training has not ended, or whose test
+    was stopped or never started, does not count: --resume tests it."""
     return rule.untestable_diverged_as_zero and diverged_untestable(cell.results or {}, record)
 
 

@@ -157,7 +157,8 @@ def describe(cell):
 
 
 def untestable_here(cell, state, suite):
-    """Whether a cell is one whose loss diverged and whose test ended without a result
+    """Whether ``cell`` (of ``suite``, whose escape rule its results are read with; ``state``: its
+    :func:`~condtok_mm.suites.results.cell_state`) is one whose loss diverged and whose test ended without a result
     (:func:`~condtok_mm.suites.results.diverged_untestable`) and whose checkpoint is not here to test again (its
     saved records, copied back): training it again from the start would overwrite that record with another run,
     on another machine perhaps, where the study's rule may count it as it is (test AP 0)."""
