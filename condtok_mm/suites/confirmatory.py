@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 from .fingerprint import HELD_OUT_KEY, cell_record
 from .plan import STAGES, cells_of_stage, chosen_lr, unfinished_selection
 from .report import commits_of, cpus_of
-from .results import UnreadableCellFile, cell_results
+from .results import UnreadableCellFile, cell_results, diverged_untestable
 from .schema import phase_of
 from .statistics import below, holm, metric_by_seed, paired_difference
 from .tables import validation_rows, with_values
@@ -157,11 +157,13 @@ def reported_record_problem(suite, cell, record):
     return None
 
 
-def counts_as_zero(cell, rule):
-    """Whether the rule counts a reported cell without a test result as test AP 0: its loss diverged and its
-    training ended (its final checkpoint exists, so the test the runner runs next had it and could not score it)."""
-    return (rule.untestable_diverged_as_zero and bool((cell.results or {}).get('diverged'))
-            and osp.isfile(cell.checkpoint))
+def counts_as_zero(cell, record, rule):
+    """Whether ``rule`` (its untestable_diverged_as_zero) counts a reported ``cell`` without a test result, gathered
+    with its results, as test AP 0: its loss diverged and its test ended on its final checkpoint without scoring
+    it, as its ``record`` (its suite_cell.json) says (:func:`~condtok_mm.suites.results.diverged_untestable`; saved
+    records keep no checkpoint, so the record is the evidence). A cell whose training has not ended, or whose test
+    was stopped or never started, does not count: --resume tests it."""
+    return rule.untestable_diverged_as_zero and diverged_untestable(cell.results or {}, record)
 
 
 def reported_cells(suite, cells, rates, rule):
@@ -188,7 +190,7 @@ def reported_cells(suite, cells, rates, rule):
             if 'unreadable' in results:
                 why = results['unreadable']
             elif rule.metric not in results.get('metrics', {}):
-                if not why and counts_as_zero(cell, rule):
+                if not why and counts_as_zero(cell, record, rule):
                     zeroed.append(cell)
                     records[name, seed] = record
                     continue

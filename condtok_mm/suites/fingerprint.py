@@ -16,8 +16,8 @@ FORMAT_KEY; a record without it is format 1. :func:`cell_record` reads every for
        http(s):// input may be None, and the config may name a hook by a name RENAMED_HOOKS maps (read as the
        name it maps to, so that the cell is the one a config naming the new type asks for)
     2  every key of FINGERPRINT_KEYS and RECORD_KEYS (None where not known: the commit outside a git checkout, the
-       CPU under a launcher whose processes may run elsewhere, the checkpoint's digest before the test), hooks by
-       their registered names
+       CPU under a launcher whose processes may run elsewhere, the checkpoint's digest until a test of it ended),
+       hooks by their registered names
 """
 import functools
 import hashlib
@@ -129,9 +129,10 @@ def source_commit(root):
 def write_fingerprint(cell, record, commit=None, wall_s=None, cpu=None, checkpoint_sha256=None):
     """Record the cell's fingerprint in its work dir, and beside it the commit its commands run, the seconds its
     train and test commands have taken so far, the kind of CPU they run on (model and vector instructions; None:
-    not known) and the SHA-256 of the checkpoint it was tested with (None until then). The CPU is not part of the
-    fingerprint, but a cell reruns bit-identically only on the same kind (docs/en/studies/repeatability.md); the
-    checkpoint's digest lets that be checked."""
+    not known) and the SHA-256 of the checkpoint it was tested with (None until a test of it has ended on its own,
+    whatever its exit code: a test that failed names it too). The CPU is not part of the fingerprint, but a cell
+    reruns bit-identically only on the same kind (docs/en/studies/repeatability.md); the checkpoint's digest lets
+    that be checked."""
     os.makedirs(cell.work_dir, exist_ok=True)
     write_whole_text(fingerprint_path(cell), json.dumps({FORMAT_KEY: RECORD_FORMAT, 'variant': cell.variant,
                                                          'config_file': cell.config, 'commit': commit,

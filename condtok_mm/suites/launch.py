@@ -162,7 +162,9 @@ def run_cell(cell, args, slot, root, children):
     """Record the cell's fingerprint, train (or resume) and test it; returns the cell with its status and wall
     time ('interrupted' when :meth:`Children.stop` ended or skipped a command). The record keeps the seconds of
     every command that made the cell: a resumed cell adds to what its earlier runs took, one trained again from
-    the start does not."""
+    the start does not. It keeps the SHA-256 of the final checkpoint once a test of it has ended on its own,
+    whatever its exit code: a test that failed on it is then known from one the runner stopped or never started
+    (None), which is what lets a study's rule count a diverged cell the test could not score."""
     state = cell_state(cell)
     earlier = (cell_record(cell) or {}) if state in ('interrupted', 'trained') else {}  # read once, for both
     earlier_s = earlier.get('wall_s') or 0.0
@@ -173,14 +175,15 @@ def run_cell(cell, args, slot, root, children):
     cell.resume = state == 'interrupted'
     train, test, env = commands(cell, args, slot, root)
     cell.log = osp.join(cell.work_dir, 'train.log')
-    returncode = 0
+    returncode, test_ended = 0, False
     if state in ('new', 'interrupted'):
         returncode = run_logged(children, train, cell.log, env, root)
     if returncode == 0:
         cell.log = osp.join(cell.work_dir, 'test.log')
         returncode = run_logged(children, test, cell.log, env, root)
+        test_ended = returncode is not None and not children.stopping  # a stopped test says nothing of it
     cell.returncode, cell.wall_s = returncode, earlier_s + time.perf_counter() - start
-    digest = file_digest(cell.checkpoint, root) if returncode == 0 else None
+    digest = file_digest(cell.checkpoint, root) if test_ended else None
     write_fingerprint(cell, cell.fingerprint, commit=commit, wall_s=cell.wall_s, cpu=cpu,
                       checkpoint_sha256=digest and digest.split(':', 1)[1])
     if children.stopping:

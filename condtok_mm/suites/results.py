@@ -73,6 +73,15 @@ def cell_state(cell):
     return 'new'
 
 
+def diverged_untestable(results, record):
+    """Whether a cell without a test result is one whose loss diverged and that its test could not score: a loss
+    it logged is not finite (``results``: :func:`cell_results`'s) and its record (its suite_cell.json, a dict, or
+    None) holds the SHA-256 of its final checkpoint, which the runner writes once a test of that checkpoint has
+    ended on its own, whatever its exit code. A test the runner stopped or never started leaves None, and so does
+    a training that has not ended (no final checkpoint to hash), so neither counts: --resume runs what is left."""
+    return bool(results.get('diverged')) and bool((record or {}).get('checkpoint_sha256'))
+
+
 def log_tail(path):
     if not osp.isfile(path):
         return '(no log)'

@@ -32,7 +32,9 @@ the checkpoints and annotation files it reads) in WORK_DIR/suite_cell.json when 
 interrupted ones from their last checkpoint, each only when its fingerprint is this suite's; a cell that
 differs stops the runner with its name and what differs (--rerun-changed sets it aside to WORK_DIR.changed-N
 and runs it again), and so does a cell that records none (--accept-unfingerprinted uses it as it is, and
-suite.md names it). Without --resume the runner refuses an OUT_DIR that already holds cells. --gather-only
+suite.md names it). A cell whose loss diverged and whose test ended without a result, kept by
+save_suite_records.py without its checkpoint, is named and not run (set its work dir aside to train it again).
+Without --resume the runner refuses an OUT_DIR that already holds cells. --gather-only
 runs nothing and gathers the finished cells (checked the same way). --dry-run prints the commands. SIGINT or
 SIGTERM stops the running cells (each command runs in its own process group) and exits with 130; --resume
 continues them. So does an interrupt while the report is written: each file of the report is replaced whole.
@@ -56,12 +58,12 @@ import time
 
 from condtok_mm.utils import describe_machine
 from condtok_mm.utils.package_files import package_root
-from .fingerprint import FINGERPRINT_FILE, differences, fingerprint, recorded_fingerprint, set_aside
+from .fingerprint import FINGERPRINT_FILE, cell_record, differences, fingerprint, recorded_fingerprint, set_aside
 from .launch import LAUNCHERS, commands, foreign_package, run_pending
 from .plan import STAGES, cells_of_stage
 from .plots import plot
 from .report import REPORT_FILES, summary_of, write_tables
-from .results import UnreadableCellFile, cell_results, cell_state, unreadable_results
+from .results import UnreadableCellFile, cell_results, cell_state, diverged_untestable, unreadable_results
 from .schema import SuiteError, load_suite, phase_of
 
 
@@ -154,9 +156,20 @@ def describe(cell):
     return f'{cell.variant} lr {cell.lr:g} seed {cell.seed}'
 
 
+def untestable_here(cell, state, suite):
+    """Whether ``cell`` (of ``suite``, whose escape rule its results are read with; ``state``: its
+    :func:`~condtok_mm.suites.results.cell_state`) is one whose loss diverged and whose test ended without a result
+    (:func:`~condtok_mm.suites.results.diverged_untestable`) and whose checkpoint is not here to test again (its
+    saved records, copied back): training it again from the start would overwrite that record with another run,
+    on another machine perhaps, where the study's rule may count it as it is (test AP 0)."""
+    return (state == 'new' and osp.isdir(cell.work_dir)
+            and diverged_untestable(cell_results(cell, suite.escape), cell_record(cell)))
+
+
 def run_step(suite, step, new, args):
-    """Run the step's cells that are not finished (none with --gather-only); returns (ran, reused, cells
-    accepted without a fingerprint)."""
+    """Run the step's cells that are not finished (none with --gather-only), except a diverged cell that its test
+    could not score and that has no checkpoint here (:func:`untestable_here`: named, not run, failed); returns
+    (ran, reused, cells accepted without a fingerprint)."""
     states = {id(cell): cell_state(cell) for cell in new}
     if not args.resume and not args.gather_only:
         started = [cell for cell in new if states[id(cell)] != 'new' or osp.isdir(cell.work_dir)]
@@ -167,12 +180,20 @@ def run_step(suite, step, new, args):
     for cell in new:
         cell.fingerprint = fingerprint(cell, args.root)
     unrecorded, unreadable = reusable(suite, new, states, args)
-    pending = [cell for cell in new if states[id(cell)] != 'finished' and id(cell) not in unreadable]
+    untestable = {id(cell) for cell in new
+                  if id(cell) not in unreadable and untestable_here(cell, states[id(cell)], suite)}
+    pending = [cell for cell in new if states[id(cell)] != 'finished' and id(cell) not in unreadable
+               and id(cell) not in untestable]
     for cell in new:
         if states[id(cell)] == 'finished':
             cell.status = 'reused'
         elif args.gather_only:
             cell.status = 'missing'
+        elif id(cell) in untestable:
+            cell.status = 'failed'
+            print(f'cell {describe(cell)}: its loss diverged and its test ended without a result on its final '
+                  f'checkpoint ({osp.join(cell.work_dir, "test.log")}), which is not here to test again: not run; '
+                  'set its work dir aside to train it again', file=sys.stderr)
     ran = 0
     if not args.gather_only and pending:
         run_pending(pending, args, args.root, f'{suite.name} {step}')

@@ -1,6 +1,7 @@
 """For the tests of the pre-registered studies' answers (condtok_mm/suites/confirmatory.py): a study's records
 written as its runner leaves them (every selection cell, the reported cells at each arm's best rate with chosen test
 APs and validations, each with its suite_cell.json), and the float64 references the answers are checked against."""
+import hashlib
 import itertools
 import math
 import os.path as osp
@@ -14,6 +15,8 @@ from condtok_mm.suites.plan import make_cell
 from helpers.suite_runs import write_cell
 
 A, B, D = 'A_baseline', 'B_conditioned', 'D_norm_matched'
+EMPTY_SHA256 = hashlib.sha256(b'').hexdigest()  # of the empty file standing in for a final checkpoint
+UNTESTABLE_LOG = 'Traceback (most recent call last):\nValueError: the test of a diverged checkpoint\n'
 CPU = 'AMD EPYC (AVX512)'
 COMMIT = '8641aba33594'
 
@@ -36,13 +39,14 @@ def t_interval(d):
     return stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
 
 
-def write_record(suite, root, variant, lr, seed, cpu=CPU, held_out=True):
-    """The cell's suite_cell.json as the runner writes it (a reported cell's with the held-out test options)."""
+def write_record(suite, root, variant, lr, seed, cpu=CPU, held_out=True, checkpoint_sha256='0' * 64):
+    """The cell's suite_cell.json as the runner writes it (a reported cell's with the held-out test options), with
+    the SHA-256 of the checkpoint a test ended on (None: no test ended)."""
     cell = make_cell(suite, variant, lr, seed, str(root), [])
     record = dict(config={}, options=list(cell.options), seed=seed, lr=lr, version='0.1.0', inputs={})
     if seed in suite.seeds and held_out:
         record['test_options'] = list(suite.held_out)
-    write_fingerprint(cell, record, commit=COMMIT, wall_s=1200.0, cpu=cpu, checkpoint_sha256='0' * 64)
+    write_fingerprint(cell, record, commit=COMMIT, wall_s=1200.0, cpu=cpu, checkpoint_sha256=checkpoint_sha256)
 
 
 def selection_ap(variant, lr, seed, best):
@@ -71,9 +75,11 @@ def write_study(suite, root, b_minus_a, d_minus_a, changes, epochs, gate_epochs,
     default; the extension rate, twice the grid's top, runs where an arm is best at the top), the reported cells at
     the best rates with test AP A + difference (``b_minus_a``, ``d_minus_a``: one per reported seed) and a
     validation at each of ``epochs`` rising to the last, which is AP(``gate_epochs[0]``) + ``changes[arm][i]``.
-    ``cpus``: {(arm, seed): CPU kind}; ``untested``, ``not_held_out``: (arm, seed) without a test, or whose record
-    lacks the held-out options; ``skip_selection``: (arm, lr, seed) selection cells left out; ``diverged``:
-    (arm, seed) whose loss went non-finite, untested, their training ended (the final checkpoint written).
+    ``cpus``: {(arm, seed): CPU kind}; ``untested``, ``not_held_out``: (arm, seed) whose test never ran (no test
+    ended: the record holds no checkpoint SHA-256), or whose record lacks the held-out options; ``skip_selection``:
+    (arm, lr, seed) selection cells left out; ``diverged``: (arm, seed) whose loss went non-finite, their training
+    ended (the final checkpoint written) and their test ended without a result (its test.log a traceback, the record
+    the checkpoint's SHA-256), or never ran where the cell is also ``untested``.
     Returns the test APs and validations written, {arm: {seed: AP}} and {arm: {seed: {epoch: AP}}}."""
     best = {A: 1e-3, B: 1e-3, D: 1e-3, **(best or {})}
     last = epochs[-1]
@@ -101,8 +107,14 @@ def write_study(suite, root, b_minus_a, d_minus_a, changes, epochs, gate_epochs,
             segm = None if bbox is None else 0.8 * bbox  # not the endpoint
             write_cell(str(root), variant, best[variant], seed, bbox, segm, losses,
                        validations={epoch: value / 100 for epoch, value in curve.items()})
+            digest = None if (variant, seed) in untested else '0' * 64
             if (variant, seed) in diverged:
-                open(final_checkpoint(root, variant, best[variant], seed, last), 'w').close()
+                checkpoint = final_checkpoint(root, variant, best[variant], seed, last)
+                open(checkpoint, 'w').close()
+                if digest:
+                    digest = EMPTY_SHA256
+                    with open(osp.join(osp.dirname(checkpoint), 'test.log'), 'w') as f:
+                        f.write(UNTESTABLE_LOG)
             write_record(suite, root, variant, best[variant], seed, cpu=(cpus or {}).get((variant, seed), CPU),
-                         held_out=(variant, seed) not in not_held_out)
+                         held_out=(variant, seed) not in not_held_out, checkpoint_sha256=digest)
     return test, validation

@@ -2,6 +2,7 @@
 the curves of one uninterrupted run, a cut-off cell file marks that cell unfinished and names the file while the
 others are gathered, and a suite whose seeds or rates would give two runs one work dir is refused at load."""
 import argparse
+import hashlib
 import json
 
 import pytest
@@ -200,6 +201,34 @@ def test_a_cell_whose_fresh_test_logs_a_nan_metric_is_gathered_as_unreadable(tmp
     results = cell_results(cell, EscapeRule())
     assert results['unreadable'].startswith(f'{work_dir}/test/1/1.json holds coco/bbox_mAP = nan')
     assert 'metrics' not in results
+
+
+@pytest.mark.parametrize('train_code, test_code, stopped, recorded', [
+    (0, 0, False, True), (0, 1, False, True), (0, -2, True, False), (1, None, False, False)],
+    ids=['tested', 'test-failed', 'test-stopped', 'training-failed'])
+def test_the_record_names_the_final_checkpoint_once_a_test_of_it_ended_whatever_its_exit_code(
+        tmp_path, monkeypatch, train_code, test_code, stopped, recorded):
+    """run_cell with commands standing in for the tools: the SHA-256 of the final checkpoint is recorded once the
+    test command ended on its own, passed or failed; a test the runner stopped, or none, records None."""
+    work_dir = tmp_path / 'v' / 'lr0.001' / 'seed0'
+    cell = Cell(variant='v', lr=1e-3, seed=0, work_dir=str(work_dir), config=BASELINE, config_path=BASELINE,
+                checkpoint=str(work_dir / 'epoch_12.pth'), fingerprint=dict(config={}, seed=0, lr=1e-3))
+    children = launch.Children()
+
+    def run_logged(children_, command, log_path, env, root):
+        if command[1].endswith('train.py'):
+            if train_code == 0:
+                (work_dir / 'epoch_12.pth').write_bytes(b'final weights')
+            return train_code
+        if stopped:
+            children.stop()  # the runner stopped while the test ran
+        return test_code
+
+    monkeypatch.setattr(launch, 'run_logged', run_logged)
+    args = argparse.Namespace(launcher='none', jobs=1, nproc=1, partition=None)
+    launch.run_cell(cell, args, 0, REPO_ROOT, children)
+    record = json.loads((work_dir / 'suite_cell.json').read_text())
+    assert record['checkpoint_sha256'] == (hashlib.sha256(b'final weights').hexdigest() if recorded else None)
 
 
 def test_a_cut_off_scalars_line_is_named_by_file_and_line(tmp_path):

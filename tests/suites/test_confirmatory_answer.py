@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from condtok_mm.analysis import confirmatory_answer
+from condtok_mm.suites import save_suite_records
 from condtok_mm.suites.confirmatory import INCOMPLETE, RULES, ConfirmatoryRule, answer, convergence_gate, reading
 from condtok_mm.suites.schema import load_suite
 from helpers import confirmatory_records
@@ -309,3 +310,6 @@ def test_the_registered_rule_of_this_suite_keeps_a_diverged_cell_without_a_test_
     assert not result['complete'] and result['finished'] == 35
     assert result['arms'][B]['counted_as_zero'] == [] and 14 not in result['arms'][B]['test']['seeds']
     assert result['readings'][B] == dict(number=None, text=INCOMPLETE)
+    # the saved records keep the cell (its test ended without a result) and the answer from them is the same
+    assert f'{B}/lr0.001/seed14' in save_suite_records.save_records(str(tmp_path), str(tmp_path / 'records'))
+    assert answer_of(suite, tmp_path / 'records') == result

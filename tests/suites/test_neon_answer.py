@@ -2,23 +2,25 @@
 tools/analysis/confirmatory_answer.py --suite neon_trees_swin) on written records of configs/suites/neon_trees_swin.py:
 its numbers and words are its header's and its gate epochs validations its configs run, each reading is reached with
 its words, no early-budget comparison is labelled or drawn, a reported cell whose loss diverged and that the test
-could not score counts as test AP 0 with its arm not converged, and the tool answers a suite by name (an unknown one
-refused)."""
+could not score counts as test AP 0 with its arm not converged (from the run's out dir and its saved records alike;
+one whose test never ended does not), and the tool answers a suite by name (an unknown one refused)."""
 import dataclasses
 import functools
+import glob
 import json
-import os
 import os.path as osp
 
 import numpy as np
 import pytest
 
 from condtok_mm.analysis import confirmatory_answer
+from condtok_mm.suites import save_suite_records
 from condtok_mm.suites.confirmatory import INCOMPLETE, RULES, answer
 from condtok_mm.suites.plan import resolved_config
 from condtok_mm.suites.schema import load_suite
 from helpers import confirmatory_records
-from helpers.confirmatory_records import A, B, D, as_read, final_checkpoint, sign_flip_p, t_interval
+from helpers.confirmatory_records import (A, B, D, UNTESTABLE_LOG, as_read, final_checkpoint, sign_flip_p,
+                                          t_interval)
 from helpers.repo import REPO_ROOT
 from helpers.suite_stages import validated_epochs
 
@@ -132,11 +134,61 @@ def test_a_diverged_cell_the_test_could_not_score_counts_as_ap_0_and_its_arm_as_
     plain = answer_of(suite, tmp_path / 'diverged', rule=dataclasses.replace(RULE, untestable_diverged_as_zero=False))
     assert [(m['variant'], m['seed'], m['why']) for m in plain['missing']] == [(A, 5, NO_TEST)]
     assert plain['readings'][B] == dict(number=None, text=INCOMPLETE) and plain['arms'][A]['counted_as_zero'] == []
-    # training not ended (no final checkpoint): the test has not had its checkpoint yet, so it is missing
-    os.remove(final_checkpoint(tmp_path / 'diverged', A, 1e-3, 5, EPOCHS[-1]))
-    unfinished = answer_of(suite, tmp_path / 'diverged')
+    # its training ended (the final checkpoint is there) but no test of it ended (stopped before or during the
+    # test, whose --resume tests it): not counted, it is missing
+    write_study(suite, tmp_path / 'untested', WELL_AHEAD, NULL_WIDE, flat_changes(), diverged=[(A, 5)],
+                untested=[(A, 5)])
+    assert osp.isfile(final_checkpoint(tmp_path / 'untested', A, 1e-3, 5, EPOCHS[-1]))
+    unfinished = answer_of(suite, tmp_path / 'untested')
     assert [(m['variant'], m['seed'], m['why']) for m in unfinished['missing']] == [(A, 5, NO_TEST)]
     assert not unfinished['complete'] and unfinished['arms'][A]['counted_as_zero'] == []
+
+
+def test_a_diverged_cell_the_test_could_not_score_counts_as_ap_0_from_its_saved_records(suite, tmp_path):
+    """The study's answer is read from its saved records, which keep no checkpoint: the record of the test that
+    ended on the final checkpoint is the evidence, and the records answer as the run's out dir does."""
+    out_dir, record_dir = tmp_path / 'out', tmp_path / 'records'
+    write_study(suite, out_dir, WELL_AHEAD, NULL_WIDE, flat_changes(), diverged=[(A, 5)])
+    cells = save_suite_records.save_records(str(out_dir), str(record_dir))
+    cell = record_dir / A / 'lr0.001' / 'seed5'
+    assert osp.relpath(cell, record_dir) in cells and not glob.glob(str(record_dir / '**' / '*.pth'), recursive=True)
+    assert (cell / 'test.log').read_text() == UNTESTABLE_LOG
+    saved = answer_of(suite, record_dir)
+    assert saved == answer_of(suite, out_dir)
+    assert saved['complete'] and saved['finished'] == 24 and saved['arms'][A]['counted_as_zero'] == [5]
+    assert saved['arms'][A]['test']['values'][SEEDS.index(5)] == 0.0 and not saved['arms'][A]['gate']['converged']
+    assert saved['readings'][B] == dict(number=2, text=AHEAD_TEXT)
+    # a rule without the clause (the demo study's) leaves it missing, from the records as from the run
+    plain = answer_of(suite, record_dir, rule=dataclasses.replace(RULE, untestable_diverged_as_zero=False))
+    assert [(m['variant'], m['seed'], m['why']) for m in plain['missing']] == [(A, 5, NO_TEST)]
+    assert plain['readings'][B] == dict(number=None, text=INCOMPLETE)
+
+
+def test_a_diverged_cell_whose_test_never_ended_is_not_saved_and_stays_missing(suite, tmp_path):
+    """Stopped between its training and its test (or during the test): --resume tests it in the run's out dir, so
+    the records neither keep it nor count it."""
+    out_dir, record_dir = tmp_path / 'out', tmp_path / 'records'
+    write_study(suite, out_dir, WELL_AHEAD, NULL_WIDE, flat_changes(), diverged=[(A, 5)], untested=[(A, 5)])
+    cells = save_suite_records.save_records(str(out_dir), str(record_dir))
+    assert osp.join(A, 'lr0.001', 'seed5') not in cells and len(cells) == 18 + 23
+    result = answer_of(suite, record_dir)
+    assert [(m['variant'], m['seed'], m['why']) for m in result['missing']] == [(A, 5, NO_TEST)]
+    assert not result['complete'] and result['arms'][A]['counted_as_zero'] == []
+    assert result['readings'][B] == dict(number=None, text=INCOMPLETE)
+
+
+def test_a_cell_whose_test_ended_without_a_result_and_whose_loss_stayed_finite_is_missing_and_not_saved(suite,
+                                                                                                       tmp_path):
+    """A failed cell, not a diverged one: the rule runs it again (--resume), so nothing counts it."""
+    out_dir, record_dir = tmp_path / 'out', tmp_path / 'records'
+    write_study(suite, out_dir, WELL_AHEAD, NULL_WIDE, flat_changes(), untested=[(A, 5)])
+    confirmatory_records.write_record(suite, out_dir, A, 1e-3, 5)  # the SHA-256 of the checkpoint a test ended on
+    cells = save_suite_records.save_records(str(out_dir), str(record_dir))
+    assert osp.join(A, 'lr0.001', 'seed5') not in cells and len(cells) == 18 + 23
+    for root in (out_dir, record_dir):
+        result = answer_of(suite, root)
+        assert [(m['variant'], m['seed'], m['why']) for m in result['missing']] == [(A, 5, NO_TEST)]
+        assert result['arms'][A]['counted_as_zero'] == [] and not result['complete']
 
 
 def test_the_tool_answers_the_neon_suite_by_name_with_its_words_and_no_early_budget(suite, tmp_path, capsys,
