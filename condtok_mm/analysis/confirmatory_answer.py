@@ -9,7 +9,8 @@ confirmatory shapes study, and configs/suites/neon_trees_swin.py, the NEON tree-
 Reads the cells as tools/suites/run_suite.py plans them (each arm's rate chosen on the selection seeds, then the
 reported seeds at it). Prints the answer and its tables: the chosen rates (and whether at the grid's edge), the
 test bbox AP of every arm, B - A and D - A (Holm over the two) and D - B (outside the family), each arm's
-convergence gate, the readings, the validation gaps at every epoch (described; the early-budget one labelled where
+convergence gate, the readings, the test metrics the rule describes beside the endpoint (NEON: AP50 and the
+small-crown AP, per arm and paired, uncorrected), the validation gaps at every epoch (described; the early-budget one labelled where
 the rule names one), each reported cell's commit and CPU kind and the primary without the seeds whose arms ran on
 different kinds. Until all reported cells have finished (or, where the rule says so, count as test AP 0) the answer
 is "not resolved (incomplete)", the missing cells are named and the tables are marked incomplete. Writes
@@ -103,6 +104,7 @@ def markdown(result, rule, record_dir):
               f'| arm | seeds | change [95 % t interval] | converged (\\|mean\\| < {rule.converged_below_ap:g}) | '
               f'rising (low > {rule.rising_above_ap:g}) |', '|---|---|---|---|---|']
     lines += [f'| {name} ' + fmt_gate(arm['gate'], arm['counted_as_zero']) for name, arm in result['arms'].items()]
+    lines += described_lines(result, suffix)
     lines += ['', f'## Validation gaps at every epoch (validation images; described, not decided){suffix}', '',
               '| epoch | ' + ' | '.join(f'{arm} − {reference}' for arm in family) + ' |',
               '|---|' + '---|' * len(family)]
@@ -123,6 +125,20 @@ def markdown(result, rule, record_dir):
                  'AP 0, and its arm as not converged.' if rule.untestable_diverged_as_zero else '')
               + ' AP in percent; p: the exact two-sided sign-flip p over all 2^n sign patterns.']
     return '\n'.join(lines) + '\n'
+
+
+def described_lines(result, suffix):
+    """The test metrics the rule describes beside the endpoint: per arm, and the paired differences, uncorrected."""
+    lines = []
+    for described in result['described']:
+        label = described['label']
+        lines += ['', f'## Test {label} on the reported seeds, held-out split (described, uncorrected, deciding '
+                  f'nothing){suffix}', '', f'| arm | {label} |', '|---|---|']
+        lines += [f'| {name} | {fmt_values(values)} |' for name, values in described['arms'].items()]
+        lines += ['', f'| comparison | Δ {label} [95 % t interval] p (per seed), uncorrected |', '|---|---|']
+        lines += [f'| {c["arm"]} − {c["reference"]} | {fmt_difference(c["difference"])} |'
+                  for c in described['comparisons']]
+    return lines
 
 
 def machine_lines(result, rule):

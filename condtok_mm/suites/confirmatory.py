@@ -2,8 +2,9 @@
 its cells' records, by that rule: each arm's rate as the suite's runner chooses it on the selection seeds; on the
 reported seeds the test bbox AP of B - A (primary) and D - A (secondary), paired by seed, Holm-adjusted over that
 family, and D - B outside it; each arm's convergence gate (the validation AP change between the rule's gate epochs);
-the first of the ordered readings that holds; the validation gaps at every epoch, described; each cell's commit and
-CPU kind, and the primary without the seeds whose arms ran on different kinds of CPU, described.
+the first of the ordered readings that holds; the test metrics the header describes beside the endpoint and the
+validation gaps at every epoch, described; each cell's commit and CPU kind, and the primary without the seeds whose
+arms ran on different kinds of CPU, described.
 
 The rule's numbers and words are those of a :class:`ConfirmatoryRule`, one per study in :data:`RULES` (each quotes
 its suite's header); every function here takes it as an argument. Nothing is decided until every reported cell has
@@ -58,6 +59,9 @@ class ConfirmatoryRule:
         untestable_diverged_as_zero (bool): whether a reported cell whose loss diverged and whose checkpoint the
             test could not score counts as test AP 0, and its arm as not converged (else it stays missing, as any
             cell without a test result). Default: False.
+        described_metrics (tuple[tuple[str, str]]): the test metrics the header describes beside the endpoint, as
+            (key of tools/test.py's JSON, label): each arm's per-seed values and the three paired differences,
+            uncorrected, deciding nothing (a cell counted as test AP 0 counts 0 in each). Default: ().
     """
     suite: str = 'configs/suites/demo_confirm_swin.py'
     reference: str = 'A_baseline'
@@ -73,6 +77,7 @@ class ConfirmatoryRule:
     ahead_text: str = '{arm} ahead at {epoch} epochs, the baseline still rising: the final detector not resolved'
     not_better_text: str = 'not a better final detector by {margin} AP or more'
     untestable_diverged_as_zero: bool = False
+    described_metrics: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def primary(self):
@@ -87,7 +92,8 @@ RULES = {
         suite='configs/suites/neon_trees_swin.py', gate_epochs=(360, 400), early_epoch=None,
         better_text='a better detector on the held-out image',
         ahead_text='{arm} ahead at the end of the schedule, the baseline not settled: not resolved',
-        not_better_text='not a better detector by {margin} AP or more', untestable_diverged_as_zero=True),
+        not_better_text='not a better detector by {margin} AP or more', untestable_diverged_as_zero=True,
+        described_metrics=(('coco/bbox_mAP_50', 'AP50'), ('coco/bbox_mAP_s', 'small-crown AP (under 32² px)'))),
 }
 
 
@@ -282,6 +288,17 @@ def machines(suite, records):
                 cpus=cpus_of(records.values()))
 
 
+def described_metric(key, label, finished, rates, zero_seeds, rule):
+    """One of the rule's described test metrics on the reported cells: each arm's {seed: value} (``zero_seeds``:
+    the arm's seeds counted as test AP 0, which count 0 here too) and the comparisons of
+    :func:`family_comparisons` without Holm's adjustment (described, not decided on)."""
+    values = {name: {**metric_by_seed(finished, name, rate['lr'], key), **dict.fromkeys(zero_seeds[name], 0.0)}
+              for name, rate in rates.items()}
+    comparisons = [dict(comparison, p_holm=None) for comparison in family_comparisons(values, rule)]
+    return dict(metric=key, label=label, arms={name: with_values(by_seed) for name, by_seed in values.items()},
+                comparisons=comparisons)
+
+
 def family_comparisons(test, rule):
     """The comparisons of the test metric (``test``: {arm: {seed: value}}), paired by seed: each arm of the family
     against the reference, with its Holm-adjusted p over the family, then its last arm against its first (D - B),
@@ -331,6 +348,8 @@ def answer(suite, cells, rule):
     machine['primary_without_mixed'] = paired_difference(
         {s: v for s, v in test[rule.primary].items() if s in kept},
         {s: v for s, v in test[rule.reference].items() if s in kept}) if machine['mixed_seeds'] else None
+    described = [described_metric(key, label, finished, rates, zero_seeds, rule)
+                 for key, label in rule.described_metrics]
     gaps = [dict(arm=row['variant'], epoch=row['epoch'], early_budget=row['epoch'] == rule.early_epoch,
                  difference=row['difference']) for row in rows if row['difference'] is not None]
     return dict(suite=suite.path, rule=dataclasses.asdict(rule), seeds=suite.seeds,
@@ -343,4 +362,5 @@ def answer(suite, cells, rule):
                                  validation=[dict(epoch=epoch, **with_values(values))
                                              for epoch, values in sorted(curves.get(name, {}).items()) if values])
                       for name in suite.variants},
-                comparisons=comparisons, readings=readings, validation_gaps=gaps, machines=machine)
+                comparisons=comparisons, readings=readings, described=described, validation_gaps=gaps,
+                machines=machine)

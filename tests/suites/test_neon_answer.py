@@ -17,6 +17,7 @@ from condtok_mm.analysis import confirmatory_answer
 from condtok_mm.suites import save_suite_records
 from condtok_mm.suites.confirmatory import INCOMPLETE, RULES, answer
 from condtok_mm.suites.plan import resolved_config
+from condtok_mm.suites.report import fmt_difference
 from condtok_mm.suites.schema import load_suite
 from helpers import confirmatory_records
 from helpers.confirmatory_records import (A, B, D, UNTESTABLE_LOG, as_read, final_checkpoint, sign_flip_p,
@@ -225,6 +226,51 @@ def test_the_tool_answers_the_neon_suite_by_name_with_its_words_and_no_early_bud
             marks[line.get_linestyle()].append(xs[0])
     assert marks.get('--') == list(RULE.gate_epochs) and not marks.get(':')
     assert 'early' not in curves.get_xlabel()
+
+
+def test_the_described_test_metrics_are_each_arms_values_and_their_paired_differences_uncorrected(suite, tmp_path,
+                                                                                                  capsys):
+    """The header describes the test AP50 and small-crown AP beside the endpoint: per arm and paired by seed as the
+    endpoint is, without Holm's adjustment, a cell counted as test AP 0 counting 0 there too."""
+    header = ' '.join(line.lstrip('#').strip() for line in open(NEON) if line.startswith('#'))
+    assert [key for key, _ in RULE.described_metrics] == ['coco/bbox_mAP_50', 'coco/bbox_mAP_s']
+    assert 'the test AP50 and small-crown AP (coco/bbox_mAP_s' in header
+    write_study(suite, tmp_path, WELL_AHEAD, NULL_WIDE, flat_changes(), diverged=[(A, 5)])
+    rng = np.random.default_rng(0)
+    written = {}
+    for path in glob.glob(str(tmp_path / '*' / 'lr*' / 'seed*' / 'test' / '*' / '*.json')):
+        arm, seed = path.split(osp.sep)[-6], int(path.split(osp.sep)[-4][len('seed'):])
+        with open(path) as f:
+            metrics = json.load(f)
+        metrics['coco/bbox_mAP_50'], metrics['coco/bbox_mAP_s'] = (round(float(v), 3) for v in rng.uniform(0, 0.6, 2))
+        with open(path, 'w') as f:
+            json.dump(metrics, f)
+        written[arm, seed] = metrics
+    result = answer_of(suite, tmp_path)
+    described = {entry['metric']: entry for entry in result['described']}
+    assert list(described) == ['coco/bbox_mAP_50', 'coco/bbox_mAP_s']
+    for key, entry in described.items():
+        values = {arm: [0.0 if (arm, s) == (A, 5) else 100 * written[arm, s][key] for s in SEEDS] for arm in (A, B, D)}
+        for arm in (A, B, D):
+            assert entry['arms'][arm]['seeds'] == SEEDS
+            assert entry['arms'][arm]['values'] == pytest.approx(values[arm], abs=1e-12)
+        pairs = [(c['arm'], c['reference']) for c in entry['comparisons']]
+        assert pairs == [(B, A), (D, A), (D, B)] and all(c['p_holm'] is None for c in entry['comparisons'])
+        for comparison in entry['comparisons']:
+            d = np.subtract(values[comparison['arm']], values[comparison['reference']])
+            difference = comparison['difference']
+            assert difference['per_seed'] == pytest.approx(d, abs=1e-12)
+            assert (difference['low'], difference['high']) == pytest.approx(t_interval(d), abs=1e-9)
+            assert difference['p'] == pytest.approx(sign_flip_p(d), abs=1e-12)
+    confirmatory_answer.main([str(tmp_path), '--suite', 'neon_trees_swin', '--out-dir', str(tmp_path / 'out')])
+    printed = capsys.readouterr().out
+    small = 'small-crown AP (under 32² px)'
+    assert (f'## Test {small} on the reported seeds, held-out split (described, uncorrected, deciding nothing)'
+            in printed)
+    difference = described['coco/bbox_mAP_s']['comparisons'][2]['difference']
+    assert f'| {D} − {B} | {fmt_difference(difference)} |' in printed
+    # the shapes study's rule describes none
+    assert RULES['demo_confirm_swin'].described_metrics == ()
 
 
 def test_the_tool_refuses_a_suite_without_a_declared_rule_naming_those_with_one(tmp_path, capsys):
