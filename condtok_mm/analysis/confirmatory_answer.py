@@ -10,12 +10,13 @@ Reads the cells as tools/suites/run_suite.py plans them (each arm's rate chosen 
 reported seeds at it). Prints the answer and its tables: the chosen rates (and whether at the grid's edge), the
 test bbox AP of every arm, B - A and D - A (Holm over the two) and D - B (outside the family), each arm's
 convergence gate, the readings, the test metrics the rule describes beside the endpoint (NEON: AP50 and the
-small-crown AP, per arm and paired, uncorrected), the validation gaps at every epoch (described; the early-budget one labelled where
-the rule names one), each reported cell's commit and CPU kind and the primary without the seeds whose arms ran on
-different kinds. Until all reported cells have finished (or, where the rule says so, count as test AP 0) the answer
-is "not resolved (incomplete)", the missing cells are named and the tables are marked incomplete. Writes
-answer.md, answer.json and answer.png (the per-seed test differences with their intervals, and the validation
-curves with the gate epochs, and the early budget where the rule names one) in --out-dir (default: RECORD_DIR).
+small-crown AP, per arm and paired, uncorrected), the validation gaps at every epoch (described; the early-budget
+one labelled where the rule names one), each reported cell's commit and CPU kind and the primary without the seeds
+whose arms ran on different kinds. Until all reported cells have finished (or, where the rule says so, count as
+test AP 0) the answer is "not resolved (incomplete)", the missing cells are named and the tables are marked
+incomplete. Writes answer.md, answer.json and answer.png (the per-seed test differences with their intervals, and
+the validation curves with the gate epochs, and the early budget where the rule names one) in --out-dir (default:
+RECORD_DIR).
 """
 import argparse
 import json

@@ -288,30 +288,40 @@ def machines(suite, records):
                 cpus=cpus_of(records.values()))
 
 
+def reported_values(key, finished, rates, zero_seeds):
+    """{arm: {seed: value}} of the test metric ``key`` on the reported cells: the ``finished`` cells at each arm's
+    chosen rate (``rates``), and 0 for the arm's seeds counted as test AP 0 (``zero_seeds``)."""
+    return {name: {**metric_by_seed(finished, name, rate['lr'], key), **dict.fromkeys(zero_seeds[name], 0.0)}
+            for name, rate in rates.items()}
+
+
 def described_metric(key, label, finished, rates, zero_seeds, rule):
-    """One of the rule's described test metrics on the reported cells: each arm's {seed: value} (``zero_seeds``:
-    the arm's seeds counted as test AP 0, which count 0 here too) and the comparisons of
-    :func:`family_comparisons` without Holm's adjustment (described, not decided on)."""
-    values = {name: {**metric_by_seed(finished, name, rate['lr'], key), **dict.fromkeys(zero_seeds[name], 0.0)}
-              for name, rate in rates.items()}
-    comparisons = [dict(comparison, p_holm=None) for comparison in family_comparisons(values, rule)]
+    """One of the rule's described test metrics on the reported cells (:func:`reported_values`): each arm's values
+    and the comparisons of :func:`paired_comparisons`, without Holm's adjustment (described, not decided on)."""
+    values = reported_values(key, finished, rates, zero_seeds)
     return dict(metric=key, label=label, arms={name: with_values(by_seed) for name, by_seed in values.items()},
-                comparisons=comparisons)
+                comparisons=paired_comparisons(values, rule))
 
 
-def family_comparisons(test, rule):
-    """The comparisons of the test metric (``test``: {arm: {seed: value}}), paired by seed: each arm of the family
-    against the reference, with its Holm-adjusted p over the family, then its last arm against its first (D - B),
-    outside the family (no adjusted p)."""
+def paired_comparisons(test, rule):
+    """The comparisons of a test metric (``test``: {arm: {seed: value}}), paired by seed: each arm of the family
+    against the reference, then its last arm against its first (D - B), outside the family; no p is adjusted
+    (p_holm None)."""
     comparisons = [dict(arm=name, reference=rule.reference, in_family=True,
                         difference=paired_difference(test[name], test[rule.reference])) for name in rule.family]
     comparisons.append(dict(arm=rule.family[-1], reference=rule.primary, in_family=False,
                             difference=paired_difference(test[rule.family[-1]], test[rule.primary])))
+    return [dict(comparison, p_holm=None) for comparison in comparisons]
+
+
+def family_comparisons(test, rule):
+    """:func:`paired_comparisons` of the endpoint, each in the family with its Holm-adjusted p over the family (the
+    one outside it with none)."""
+    comparisons = paired_comparisons(test, rule)
     adjusted = holm({c['arm']: c['difference']['p'] for c in comparisons
                      if c['in_family'] and c['difference'] and c['difference']['p'] is not None})
-    for comparison in comparisons:
-        comparison['p_holm'] = adjusted.get(comparison['arm']) if comparison['in_family'] else None
-    return comparisons
+    return [dict(comparison, p_holm=adjusted.get(comparison['arm']) if comparison['in_family'] else None)
+            for comparison in comparisons]
 
 
 def answer(suite, cells, rule):
@@ -327,8 +337,7 @@ def answer(suite, cells, rule):
     finished, zeroed, records, missing = reported_cells(suite, cells, rates, rule)
     expected = len(suite.variants) * len(suite.seeds)
     zero_seeds = {name: sorted(cell.seed for cell in zeroed if cell.variant == name) for name in suite.variants}
-    test = {name: {**metric_by_seed(finished, name, rates[name]['lr'], rule.metric),
-                   **dict.fromkeys(zero_seeds[name], 0.0)} for name in suite.variants}
+    test = reported_values(rule.metric, finished, rates, zero_seeds)
     chosen = [dict(variant=name, lr=rates[name]['lr'], reference=suite.variants[name].reference,
                    reference_lr=rates[suite.variants[name].reference]['lr'] if suite.variants[name].reference
                    else None) for name in suite.variants if rates[name]['lr'] is not None]
