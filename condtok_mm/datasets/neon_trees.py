@@ -22,12 +22,14 @@ Splits, by source image (never by tile):
 Tiling: square windows of ``tile`` pixels, neighbours overlapping by ``overlap`` pixels (stride ``tile - overlap``);
 the last window of a row or column is moved back to end at the image's (or part's) edge, so every tile has the
 full size and every pixel of the part is covered. A part narrower than ``tile`` is one window of its own size.
-Tiles without a tree are kept (they are where false positives are made).
+Tiles without a tree are kept (they are where false positives are made; mmdet's training loader, with its
+default ``filter_empty_gt``, leaves out the ones that hold no annotation at all).
 
 Box clipping: each box (VOC corners taken as pixel edges, 0 <= xmin < xmax <= width) is intersected with the
 window. A part with at least ``min_visible`` of the box's area is a tree (``iscrowd`` 0); a smaller part is an
-ignore region (``iscrowd`` 1: COCO evaluation neither rewards nor penalises a detection there, mmdet does not
-train on it); a part thinner than 1 pixel is dropped (mmdet skips such boxes).
+ignore region (``iscrowd`` 1: COCO evaluation neither rewards nor penalises a detection there; mmdet never
+learns it as a tree, and with its assigners' default ``ignore_iof_thr=-1`` it may sample anchors and proposals
+over it as background); a part thinner than 1 pixel is dropped (mmdet skips such boxes).
 """
 import hashlib
 import io
