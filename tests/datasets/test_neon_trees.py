@@ -126,6 +126,24 @@ def test_each_split_holds_its_images_tiles_with_the_clipped_boxes(wheel, tmp_pat
                           other_sites=dict(tiles=2, empty_tiles=0, boxes=3, ignore_regions=0, source_images=2))
 
 
+def test_overlapping_tiles_each_hold_a_shared_crown_clipped_to_their_own_window(wheel, tmp_path):
+    build(wheel, str(tmp_path / 'neon'), **dict(OPTIONS, overlap=10))  # stride 30: x 0, 30, then 40 at the edge
+    coco = annotations(tmp_path / 'neon', 'train')
+    assert [tuple(image['window']) for image in coco['images']] == [
+        (0, 0, 40, 40), (30, 0, 70, 40), (40, 0, 80, 40), (0, 30, 40, 70), (30, 30, 70, 70), (40, 30, 80, 70)]
+    found = {image['file_name']: [a['bbox'] + [a['iscrowd']] for a in coco['annotations']
+                                  if a['image_id'] == image['id']] for image in coco['images']}
+    # the crown at x 30-50 is half in the first tile, whole in the middle one, half in the last: a tree in each
+    assert found[f'{TRAIN_IMAGE}_x0030_y0000.png'] == [[0, 10, 20, 10, 0], [14, 36, 10, 4, 1], [9.5, 2, 9.5, 10, 0]]
+    assert found[f'{TRAIN_IMAGE}_x0000_y0000.png'] == EXPECTED['train'][f'{TRAIN_IMAGE}_x0000_y0000.png']
+    assert found[f'{TRAIN_IMAGE}_x0040_y0000.png'] == EXPECTED['train'][f'{TRAIN_IMAGE}_x0040_y0000.png']
+
+
+def test_a_missing_wheel_is_named_with_the_command_that_fetches_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match='no such wheel; fetch it with `pip download --no-deps'):
+        neon_trees.check_wheel(str(tmp_path / 'deepforest-2.1.0-py3-none-any.whl'))
+
+
 def test_split_by_image_training_and_validation_rows_apart_and_the_test_image_alone(wheel, tmp_path):
     build(wheel, str(tmp_path / 'neon'), **OPTIONS)
     sources = {split: {image['source'] for image in annotations(tmp_path / 'neon', split)['images']}
