@@ -53,7 +53,7 @@ TEST_IMAGE = '2019_YELL_2_541000_4977000_image_crop'
 OTHER_SITE_IMAGES = ('OSBS_029', 'SOAP_061')
 SPLITS = ('train', 'val', 'test', 'other_sites')
 CLASSES = ('tree', )
-# every VOC label of the source, mapped to the one class
+# one class: only SOAP tells dead crowns from live ones, and no other image could teach the difference
 CLASS_MERGE = {'Tree': 'tree', 'Dead': 'tree', 'Alive': 'tree'}
 MANIFEST = 'manifest.json'
 
