@@ -90,6 +90,12 @@ def annotations(root, split):
         return json.load(f)
 
 
+def boxes_by_tile(coco):
+    """file name -> [x, y, w, h, iscrowd] of each annotation of that tile, in the file's order."""
+    return {image['file_name']: [a['bbox'] + [a['iscrowd']] for a in coco['annotations']
+                                 if a['image_id'] == image['id']] for image in coco['images']}
+
+
 def test_tiles_are_full_sized_cover_the_axis_and_the_last_one_ends_at_the_edge():
     assert tile_origins(100, 40, 10) == [0, 30, 60]
     assert tile_origins(105, 40, 10) == [0, 30, 60, 65]
@@ -110,9 +116,7 @@ def test_each_split_holds_its_images_tiles_with_the_clipped_boxes(wheel, tmp_pat
     counts = build(wheel, str(tmp_path / 'neon'), **OPTIONS)
     for split, expected in EXPECTED.items():
         coco = annotations(tmp_path / 'neon', split)
-        found = {image['file_name']: [a['bbox'] + [a['iscrowd']] for a in coco['annotations']
-                                      if a['image_id'] == image['id']] for image in coco['images']}
-        assert found == expected, split
+        assert boxes_by_tile(coco) == expected, split
         assert [tuple(image['window']) for image in coco['images']] == WINDOWS[split]
         for image in coco['images']:
             x0, y0, x1, y1 = image['window']
@@ -131,8 +135,7 @@ def test_overlapping_tiles_each_hold_a_shared_crown_clipped_to_their_own_window(
     coco = annotations(tmp_path / 'neon', 'train')
     assert [tuple(image['window']) for image in coco['images']] == [
         (0, 0, 40, 40), (30, 0, 70, 40), (40, 0, 80, 40), (0, 30, 40, 70), (30, 30, 70, 70), (40, 30, 80, 70)]
-    found = {image['file_name']: [a['bbox'] + [a['iscrowd']] for a in coco['annotations']
-                                  if a['image_id'] == image['id']] for image in coco['images']}
+    found = boxes_by_tile(coco)
     # the crown at x 30-50 is half in the first tile, whole in the middle one, half in the last: a tree in each
     assert found[f'{TRAIN_IMAGE}_x0030_y0000.png'] == [[0, 10, 20, 10, 0], [14, 36, 10, 4, 1], [9.5, 2, 9.5, 10, 0]]
     assert found[f'{TRAIN_IMAGE}_x0000_y0000.png'] == EXPECTED['train'][f'{TRAIN_IMAGE}_x0000_y0000.png']
